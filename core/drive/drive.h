@@ -1,0 +1,57 @@
+// Input drives of the numerical experiments: where q, k, v, g and beta come from.
+//
+//   seed-kda   the public decode-error test (spec numerics.md, last section): q, k, v ~ 0.5 N(0,1)
+//              rounded to bf16, beta ~ U(0, 1), per-channel g ~ -U(0, 0.1) - 0.005; KDA only.
+//   init-gdn   the real GDN layer's gate parameterisation at initialisation (spec numerics.md
+//              section 1): per head exp(A_log) ~ U[1, 16], dt ~ logU[1e-3, 1e-1],
+//              dt_bias = softplus^-1(dt); per token a, b ~ N(0, 1) (unit-variance projections),
+//              g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); q, k ~ N(0, 1)
+//              (L2-normalised in the recurrence), v ~ N(0, 1); q, k, v rounded to bf16.
+//   init-kda   the same with a per-(head, key channel) dt_bias and a per-channel a, so g is
+//              per channel.
+//   states     states supplied in a file (core/io/states_file.h); the tokens that extend them
+//              come from the model family's init drive.
+//   tinylm     states of the shipped tiny language model over its held-out text.
+// Every synthetic stream is a pure function of (seed, layer): layers can be generated in any
+// order or in parallel and give the same numbers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/model/model_config.h"
+#include "core/recurrence/gated_delta.h"
+
+namespace statecheck {
+
+enum class DriveKind { seed_kda, init_gdn, init_kda, states, tinylm };
+
+struct DriveSpec {
+  DriveKind kind = DriveKind::init_gdn;
+  std::string states_file;  // drive 'states' only
+
+  std::string name() const;
+  // The synthetic drive that generates tokens (for 'states' and 'tinylm' continuations: the
+  // model family's init drive).
+  DriveKind token_drive(const ModelConfig& m) const;
+};
+
+// Parses a drive name ("seed-kda", "init-gdn", "init-kda", "states", "tinylm"); 'states' needs a
+// file. Throws statecheck::Error on an unknown name or a missing file argument.
+DriveSpec parse_drive(const std::string& name, const std::string& states_file);
+
+// The drive used when none is given: init-gdn for GDN models, seed-kda for KDA models.
+DriveSpec default_drive(const ModelConfig& m);
+
+// Throws statecheck::Error when the drive's gate kind does not match the model family (a KDA drive
+// on a GDN model or the reverse).
+void check_drive_matches_model(const DriveSpec& d, const ModelConfig& m);
+
+// Synthetic inputs of one layer for T tokens (see the table above). Throws for non-synthetic
+// kinds or a gate-kind mismatch with `shape`.
+LayerInputs synthetic_inputs(DriveKind kind, const RecurrenceShape& shape, uint64_t seed, int layer,
+                             int T);
+
+const char* drive_kind_name(DriveKind k);
+
+}  // namespace statecheck

@@ -1,0 +1,306 @@
+#include "core/io/hdf5_file.h"
+
+#include <filesystem>
+#include <numeric>
+
+#include <hdf5.h>
+
+#include "core/dtype/bf16.h"
+#include "core/util/error.h"
+
+namespace statecheck {
+
+namespace {
+
+// Turns off HDF5's own error printing: statecheck reports one line per failure instead.
+struct SilenceHdf5 {
+  SilenceHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+const SilenceHdf5 silence_hdf5;
+
+void check(herr_t status, const std::string& what, const std::string& path) {
+  if (status < 0) fail("{}: HDF5 error while {}", path, what);
+}
+
+hid_t check_id(hid_t id, const std::string& what, const std::string& path) {
+  if (id < 0) fail("{}: HDF5 error while {}", path, what);
+  return id;
+}
+
+std::string parent_of(const std::string& p) {
+  const auto pos = p.rfind('/');
+  return pos == std::string::npos ? "" : p.substr(0, pos);
+}
+
+void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& path) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, value.empty() ? 1 : value.size());
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  H5Tset_strpad(type, H5T_STR_NULLTERM);
+  hid_t space = H5Screate(H5S_SCALAR);
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  hid_t attr = check_id(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT),
+                        "creating attribute " + name, path);
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  check(H5Awrite(attr, type, padded.data()), "writing attribute " + name, path);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+}
+
+}  // namespace
+
+H5Writer::H5Writer(const std::string& path) : path_(path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) fail("{}: cannot create directory {} ({})", path, parent.string(), ec.message());
+  }
+  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file_ < 0) fail("{}: cannot create HDF5 file", path);
+}
+
+H5Writer::~H5Writer() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+void H5Writer::group(const std::string& name) {
+  std::string partial;
+  size_t start = 0;
+  while (start <= name.size()) {
+    const size_t end = name.find('/', start);
+    const std::string part = name.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!part.empty()) {
+      partial += (partial.empty() ? "" : "/") + part;
+      if (H5Lexists(file_, partial.c_str(), H5P_DEFAULT) <= 0) {
+        hid_t g = check_id(H5Gcreate2(file_, partial.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                           "creating group " + partial, path_);
+        H5Gclose(g);
+      }
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+}
+
+namespace {
+template <typename T>
+void write_numeric(int64_t file, const std::string& path, const std::string& dataset, const std::vector<T>& data,
+                   const std::vector<size_t>& shape, hid_t mem_type, hid_t file_type) {
+  const size_t n = std::accumulate(shape.begin(), shape.end(), size_t{1}, std::multiplies<size_t>());
+  if (n != data.size())
+    fail("{}: dataset {} has {} values but shape product {}", path, dataset, data.size(), n);
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  hid_t space = shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  if (H5Lexists(file, dataset.c_str(), H5P_DEFAULT) > 0) H5Ldelete(file, dataset.c_str(), H5P_DEFAULT);
+  hid_t ds = check_id(H5Dcreate2(file, dataset.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                      "creating dataset " + dataset, path);
+  if (n > 0) check(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), "writing " + dataset, path);
+  H5Dclose(ds);
+  H5Sclose(space);
+}
+}  // namespace
+
+void H5Writer::write(const std::string& dataset, const std::vector<double>& data, const std::vector<size_t>& shape,
+                     const std::string& units, const std::string& description) {
+  group(parent_of(dataset));
+  write_numeric(file_, path_, dataset, data, shape, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE);
+  attr(dataset, "units", units);
+  attr(dataset, "description", description);
+}
+
+void H5Writer::write(const std::string& dataset, const std::vector<int64_t>& data, const std::vector<size_t>& shape,
+                     const std::string& units, const std::string& description) {
+  group(parent_of(dataset));
+  write_numeric(file_, path_, dataset, data, shape, H5T_NATIVE_INT64, H5T_STD_I64LE);
+  attr(dataset, "units", units);
+  attr(dataset, "description", description);
+}
+
+void H5Writer::write_scalar(const std::string& dataset, double value, const std::string& units,
+                            const std::string& description) {
+  write(dataset, std::vector<double>{value}, {}, units, description);
+}
+
+void H5Writer::write_strings(const std::string& dataset, const std::vector<std::string>& values,
+                             const std::string& description) {
+  group(parent_of(dataset));
+  size_t width = 1;
+  for (const auto& v : values) width = std::max(width, v.size() + 1);
+  std::vector<char> buf(values.size() * width, '\0');
+  for (size_t i = 0; i < values.size(); ++i) std::copy(values[i].begin(), values[i].end(), buf.begin() + i * width);
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, width);
+  H5Tset_strpad(type, H5T_STR_NULLTERM);
+  hsize_t dims[1] = {values.size()};
+  hid_t space = H5Screate_simple(1, dims, nullptr);
+  if (H5Lexists(file_, dataset.c_str(), H5P_DEFAULT) > 0) H5Ldelete(file_, dataset.c_str(), H5P_DEFAULT);
+  hid_t ds = check_id(H5Dcreate2(file_, dataset.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                      "creating dataset " + dataset, path_);
+  if (!values.empty()) check(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "writing " + dataset, path_);
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Tclose(type);
+  attr(dataset, "units", std::string("1"));
+  attr(dataset, "description", description);
+}
+
+void H5Writer::attr(const std::string& object, const std::string& name, const std::string& value) {
+  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT), "opening " + object, path_);
+  write_string_attr(obj, name, value, path_);
+  H5Oclose(obj);
+}
+
+void H5Writer::attr(const std::string& object, const std::string& name, double value) {
+  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT), "opening " + object, path_);
+  hid_t space = H5Screate(H5S_SCALAR);
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  hid_t a = check_id(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT), "attribute " + name, path_);
+  check(H5Awrite(a, H5T_NATIVE_DOUBLE, &value), "writing attribute " + name, path_);
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Oclose(obj);
+}
+
+void H5Writer::attr(const std::string& object, const std::string& name, int64_t value) {
+  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT), "opening " + object, path_);
+  hid_t space = H5Screate(H5S_SCALAR);
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  hid_t a = check_id(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), "attribute " + name, path_);
+  check(H5Awrite(a, H5T_NATIVE_INT64, &value), "writing attribute " + name, path_);
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Oclose(obj);
+}
+
+namespace {
+
+struct RootDatasets {
+  std::vector<std::string> names;
+};
+
+herr_t collect_dataset(hid_t loc, const char* name, const H5L_info_t*, void* data) {
+  H5O_info_t info;
+  if (H5Oget_info_by_name(loc, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET)
+    static_cast<RootDatasets*>(data)->names.push_back(name);
+  return 0;
+}
+
+std::string read_string_attr(hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0) return "";
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t type = H5Aget_type(a);
+  std::string out;
+  if (H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type)) {
+    const size_t n = H5Tget_size(type);
+    std::vector<char> buf(n + 1, '\0');
+    hid_t mem = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mem, n);
+    if (H5Aread(a, mem, buf.data()) >= 0) out.assign(buf.data());
+    H5Tclose(mem);
+  } else if (H5Tget_class(type) == H5T_STRING) {
+    char* value = nullptr;
+    hid_t mem = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mem, H5T_VARIABLE);
+    if (H5Aread(a, mem, &value) >= 0 && value) {
+      out = value;
+      H5free_memory(value);
+    }
+    H5Tclose(mem);
+  }
+  H5Tclose(type);
+  H5Aclose(a);
+  return out;
+}
+
+}  // namespace
+
+FloatArray read_hdf5_array(const std::string& path, const std::string& wanted) {
+  if (!std::filesystem::exists(path)) fail("{}: no such file", path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) fail("{}: not an HDF5 file", path);
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) fail("{}: cannot open HDF5 file (truncated or damaged?)", path);
+  struct Closer {
+    hid_t f;
+    ~Closer() { H5Fclose(f); }
+  } closer{file};
+
+  std::string name = wanted;
+  if (name.empty()) {
+    RootDatasets found;
+    H5Literate(file, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, collect_dataset, &found);
+    bool has_state = false;
+    for (const auto& n : found.names) has_state = has_state || n == "state";
+    if (has_state) name = "state";
+    else if (found.names.size() == 1) name = found.names[0];
+    else if (found.names.empty()) fail("{}: no dataset at the root (expected one named 'state')", path);
+    else {
+      std::string list;
+      for (const auto& n : found.names) list += (list.empty() ? "" : ", ") + n;
+      fail("{}: several root datasets ({}) and none named 'state'", path, list);
+    }
+  }
+  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) fail("{}: no dataset '{}'", path, name);
+  hid_t ds = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  if (ds < 0) fail("{}: '{}' is not a readable dataset", path, name);
+  hid_t space = H5Dget_space(ds);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
+  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  FloatArray out;
+  out.name = name;
+  out.shape.assign(dims.begin(), dims.end());
+  size_t n = 1;
+  for (auto d : dims) n *= d;
+  hid_t type = H5Dget_type(ds);
+  const H5T_class_t cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  herr_t status = -1;
+  if (cls == H5T_FLOAT && (size == 4 || size == 8)) {
+    out.dtype = size == 4 ? "F32" : "F64";
+    out.data.resize(n);
+    status = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data.data());
+  } else if (cls == H5T_INTEGER && size == 2 && read_string_attr(ds, "dtype") == "bf16") {
+    out.dtype = "BF16";
+    std::vector<uint16_t> bits(n);
+    status = H5Dread(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data());
+    out.data.resize(n);
+    for (size_t i = 0; i < n; ++i) out.data[i] = float_from_bf16_bits(bits[i]);
+  }
+  H5Tclose(type);
+  H5Sclose(space);
+  H5Dclose(ds);
+  if (out.dtype.empty())
+    fail("{}: dataset '{}' has an unsupported type (expected float32, float64, or uint16 with "
+         "attribute dtype=\"bf16\")", path, name);
+  if (status < 0) fail("{}: reading dataset '{}' failed (truncated file?)", path, name);
+  return out;
+}
+
+std::vector<double> read_hdf5_doubles(const std::string& path, const std::string& dataset,
+                                      std::vector<size_t>* shape) {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) fail("{}: cannot open HDF5 file", path);
+  hid_t ds = H5Dopen2(file, dataset.c_str(), H5P_DEFAULT);
+  if (ds < 0) {
+    H5Fclose(file);
+    fail("{}: no dataset '{}'", path, dataset);
+  }
+  hid_t space = H5Dget_space(ds);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
+  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  size_t n = 1;
+  for (auto d : dims) n *= d;
+  std::vector<double> out(n);
+  const herr_t status = H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  H5Sclose(space);
+  H5Dclose(ds);
+  H5Fclose(file);
+  if (status < 0) fail("{}: reading '{}' failed", path, dataset);
+  if (shape) shape->assign(dims.begin(), dims.end());
+  return out;
+}
+
+}  // namespace statecheck

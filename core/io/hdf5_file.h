@@ -1,0 +1,69 @@
+// Result files in HDF5 (C API, HDF5 >= 1.10), readable by h5py and h5dump without project code.
+//
+// Layout contract (spec experiments.md, "Result files"): root attributes tool_version,
+// git_commit, command_line, seed, model, created_utc; one group per experiment; every dataset
+// carries string attributes `units` and `description`; arrays keep their natural shape,
+// outermost dimension first (row-major).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace statecheck {
+
+class H5Writer {
+ public:
+  // Creates (truncates) `path`; parent directories are created. Throws statecheck::Error.
+  explicit H5Writer(const std::string& path);
+  ~H5Writer();
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Creates a group (and its parents) if absent, e.g. "codec/int8".
+  void group(const std::string& name);
+
+  // Datasets; `dataset` is a path like "codec/int8/state_relerr_layer_head"; missing groups are
+  // created. `shape` empty means a scalar; otherwise its product must equal data.size().
+  void write(const std::string& dataset, const std::vector<double>& data,
+             const std::vector<size_t>& shape, const std::string& units,
+             const std::string& description);
+  void write(const std::string& dataset, const std::vector<int64_t>& data,
+             const std::vector<size_t>& shape, const std::string& units,
+             const std::string& description);
+  void write_scalar(const std::string& dataset, double value, const std::string& units,
+                    const std::string& description);
+  void write_strings(const std::string& dataset, const std::vector<std::string>& values,
+                     const std::string& description);
+
+  // String / number attributes on an object ("/" is the root, or a group or dataset path).
+  void attr(const std::string& object, const std::string& name, const std::string& value);
+  void attr(const std::string& object, const std::string& name, double value);
+  void attr(const std::string& object, const std::string& name, int64_t value);
+
+ private:
+  int64_t file_ = -1;  // hid_t
+  std::string path_;
+};
+
+// An n-dimensional float array read from a file.
+struct FloatArray {
+  std::vector<size_t> shape;
+  std::vector<float> data;
+  std::string dtype;  // as stored: "F32", "F64", "BF16"
+  std::string name;   // dataset / tensor name
+};
+
+// Reads one floating-point dataset from an HDF5 file: `name` if given, else "state" if present,
+// else the only dataset at the root. fp32 and fp64 datasets are read as fp32; 16-bit unsigned
+// integer datasets with attribute dtype="bf16" as bf16 bits. Throws statecheck::Error naming the
+// file and dataset (unreadable file, no such dataset, several candidates, unsupported type).
+FloatArray read_hdf5_array(const std::string& path, const std::string& name = "");
+
+// Reads a numeric dataset of an HDF5 file as doubles (shape returned too). For tests and tools.
+std::vector<double> read_hdf5_doubles(const std::string& path, const std::string& dataset,
+                                      std::vector<size_t>* shape = nullptr);
+
+}  // namespace statecheck

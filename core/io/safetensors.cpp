@@ -1,0 +1,149 @@
+#include "core/io/safetensors.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype/bf16.h"
+#include "core/util/error.h"
+
+namespace statecheck {
+
+using nlohmann::json;
+
+FloatArray read_safetensors(const std::string& path, const std::string& wanted) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open file", path);
+  in.seekg(0, std::ios::end);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  if (file_size < 8) fail("{}: {} bytes, too short for a safetensors header", path, file_size);
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > file_size - 8)
+    fail("{}: header length {} runs past the end of the file ({} bytes): truncated or not a "
+         "safetensors file", path, header_len, file_size);
+  std::string header(header_len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  json j;
+  try {
+    j = json::parse(header);
+  } catch (const json::exception& e) {
+    fail("{}: header is not valid JSON ({})", path, e.what());
+  }
+  if (!j.is_object()) fail("{}: header is not a JSON object", path);
+  const uint64_t data_size = file_size - 8 - header_len;
+
+  std::vector<std::string> names;
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "__metadata__") names.push_back(it.key());
+  std::string name = wanted;
+  if (name.empty()) {
+    if (j.contains("state")) name = "state";
+    else if (names.size() == 1) name = names[0];
+    else if (names.empty()) fail("{}: no tensors in the file", path);
+    else {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      fail("{}: several tensors ({}) and none named 'state'", path, list);
+    }
+  }
+  if (!j.contains(name)) fail("{}: no tensor '{}'", path, name);
+  const json& t = j[name];
+  if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
+    fail("{}: tensor '{}' lacks dtype, shape or data_offsets", path, name);
+  if (!t["dtype"].is_string()) fail("{}: tensor '{}': dtype must be a string", path, name);
+  const std::string dtype = t["dtype"].get<std::string>();
+  size_t elem = 0;
+  if (dtype == "F32") elem = 4;
+  else if (dtype == "BF16") elem = 2;
+  else if (dtype == "F64") elem = 8;
+  else fail("{}: tensor '{}' has dtype {} (supported: F32, BF16, F64)", path, name, dtype);
+
+  FloatArray out;
+  out.name = name;
+  out.dtype = dtype;
+  uint64_t count = 1;
+  if (!t["shape"].is_array()) fail("{}: tensor '{}': shape must be a list", path, name);
+  for (const auto& d : t["shape"]) {
+    if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
+      fail("{}: tensor '{}': shape entries must be non-negative integers", path, name);
+    out.shape.push_back(d.get<size_t>());
+    count *= d.get<uint64_t>();
+  }
+  const json& off = t["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer())
+    fail("{}: tensor '{}': data_offsets must be [begin, end]", path, name);
+  const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+  if (end < begin) fail("{}: tensor '{}': data_offsets [{}, {}] are reversed", path, name, begin, end);
+  if (end - begin != count * elem)
+    fail("{}: tensor '{}' is labelled {} with shape of {} elements ({} bytes) but its data_offsets "
+         "span {} bytes: mislabelled dtype or shape", path, name, dtype, count, count * elem, end - begin);
+  if (end > data_size)
+    fail("{}: tensor '{}' ends at data byte {} but the file holds only {} data bytes: truncated",
+         path, name, end, data_size);
+
+  std::vector<char> raw(end - begin);
+  in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
+  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  if (!in) fail("{}: read error in tensor '{}'", path, name);
+  out.data.resize(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (elem == 4) {
+      std::memcpy(&out.data[i], raw.data() + 4 * i, 4);
+    } else if (elem == 2) {
+      uint16_t b;
+      std::memcpy(&b, raw.data() + 2 * i, 2);
+      out.data[i] = float_from_bf16_bits(b);
+    } else {
+      double d;
+      std::memcpy(&d, raw.data() + 8 * i, 8);
+      out.data[i] = static_cast<float>(d);
+    }
+  }
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (t.dtype != "F32" && t.dtype != "BF16") fail("write_safetensors: tensor '{}': dtype {} not supported", name, t.dtype);
+    size_t n = 1;
+    for (auto d : t.shape) n *= d;
+    if (n != t.data.size()) fail("write_safetensors: tensor '{}': {} values for shape of {}", name, t.data.size(), n);
+    const uint64_t bytes = n * (t.dtype == "F32" ? 4 : 2);
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::ofstream out(path, std::ios::binary);
+  if (!out) fail("{}: cannot create file", path);
+  uint64_t len = h.size();
+  unsigned char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>((len >> (8 * i)) & 0xFF);
+  out.write(reinterpret_cast<const char*>(len_bytes), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& [name, t] : tensors) {
+    if (t.dtype == "F32") {
+      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size() * 4));
+    } else {
+      for (float f : t.data) {
+        const uint16_t b = bf16_bits_from_float(f);
+        out.write(reinterpret_cast<const char*>(&b), 2);
+      }
+    }
+  }
+  if (!out) fail("{}: write error", path);
+}
+
+}  // namespace statecheck

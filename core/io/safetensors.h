@@ -1,0 +1,35 @@
+// safetensors files: an 8-byte little-endian header length N, N bytes of JSON header
+// {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
+// then the data section (offsets are relative to its start). Format: github.com/huggingface/
+// safetensors, README "Format". The header is parsed with nlohmann-json.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/io/hdf5_file.h"
+
+namespace statecheck {
+
+// Reads one tensor of a safetensors file as fp32: `name` if given, else "state" if present, else
+// the only tensor. Supported dtypes: F32, BF16, F64 (F64 rounded to fp32). Throws
+// statecheck::Error with one line naming the file and the problem: too short for its header,
+// header length past the end, bad JSON, missing dtype/shape/data_offsets, unsupported dtype, byte
+// range not matching shape x dtype size (mislabelled), data past the end of the file (truncated),
+// several tensors and none named "state".
+FloatArray read_safetensors(const std::string& path, const std::string& name = "");
+
+// A tensor to write: shape outermost first; `dtype` "F32" (values written as is) or "BF16"
+// (values rounded to bf16).
+struct TensorToWrite {
+  std::vector<size_t> shape;
+  std::vector<float> data;
+  std::string dtype = "F32";
+};
+
+// Writes tensors (sorted by name, 8-byte aligned data) plus string metadata. Throws on I/O error.
+void write_safetensors(const std::string& path, const std::map<std::string, TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace statecheck

@@ -1,0 +1,20 @@
+// States supplied by the user (drive 'states'): a safetensors or HDF5 file holding temporal
+// states [L, HV, d_v, d_k] or [L, N, HV, d_v, d_k] (N states of one model), fp32 or bf16
+// (spec experiments.md, "Input drives").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/model/model_config.h"
+#include "core/state/state.h"
+
+namespace statecheck {
+
+// Reads the states of `path` (format by content: HDF5 signature, else safetensors) and checks
+// their shape against the model at its TP shard: L == linear layers, HV == value heads per shard,
+// d_v, d_k. Throws statecheck::Error naming the file and the mismatching axis (and suggesting
+// --tp when HV matches another TP degree). Returns one MultiLayerState per state (N >= 1).
+std::vector<MultiLayerState> read_states_file(const std::string& path, const ModelConfig& model);
+
+}  // namespace statecheck

@@ -1,0 +1,265 @@
+#include "core/model/model_config.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/util/error.h"
+
+namespace statecheck {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char* gate_kind_name(GateKind kind) { return kind == GateKind::gdn ? "gdn" : "kda"; }
+
+int ModelConfig::kv_heads_shard() const {
+  if (full_attention.kind == FullAttentionSpec::Kind::mla) return 1;
+  return std::max(1, full_attention.num_kv_heads / tp);
+}
+
+std::string data_dir() {
+  if (const char* env = std::getenv("STATECHECK_DATA_DIR"); env && *env) return env;
+  return std::string(STATECHECK_SOURCE_DIR) + "/data";
+}
+
+namespace {
+
+// Reads a required integer field, naming the origin and the field path on failure.
+int get_int(const json& j, const char* key, const std::string& origin, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) fail("{}: missing field '{}{}'", origin, where, key);
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) fail("{}: field '{}{}' must be an integer", origin, where, key);
+  return v.get<int>();
+}
+
+int get_int_or(const json& j, const char* key, int fallback, const std::string& origin,
+               const std::string& where) {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  return get_int(j, key, origin, where);
+}
+
+std::vector<int> get_int_list(const json& j, const char* key, const std::string& origin,
+                              const std::string& where) {
+  if (!j.contains(key)) fail("{}: missing field '{}{}'", origin, where, key);
+  const json& v = j.at(key);
+  if (!v.is_array()) fail("{}: field '{}{}' must be a list of integers", origin, where, key);
+  std::vector<int> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer()) fail("{}: field '{}{}[{}]' must be an integer", origin, where, key, i);
+    out.push_back(v[i].get<int>());
+  }
+  return out;
+}
+
+// Linear layers = all layers not in `full` (sorted, 0-based).
+void complete_layers(ModelConfig& m, const std::string& origin) {
+  std::set<int> full(m.full_layers.begin(), m.full_layers.end());
+  for (int l : m.full_layers) {
+    if (l < 0 || l >= m.num_layers)
+      fail("{}: full-attention layer index {} outside [0, {})", origin, l, m.num_layers);
+  }
+  m.full_layers.assign(full.begin(), full.end());
+  m.linear_layers.clear();
+  for (int l = 0; l < m.num_layers; ++l)
+    if (!full.count(l)) m.linear_layers.push_back(l);
+}
+
+ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
+  ModelConfig m;
+  if (!j.contains("name") || !j["name"].is_string()) fail("{}: missing string field 'name'", origin);
+  m.name = j["name"].get<std::string>();
+  m.source = j.value("source", std::string());
+  const std::string family = j["family"].is_string() ? j["family"].get<std::string>() : "";
+  if (family == "gdn") m.gate = GateKind::gdn;
+  else if (family == "kda") m.gate = GateKind::kda;
+  else fail("{}: field 'family' must be \"gdn\" or \"kda\", got {}", origin, j["family"].dump());
+  m.num_layers = get_int(j, "num_layers", origin, "");
+  m.full_layers = get_int_list(j, "full_attention_layers", origin, "");
+  if (!j.contains("linear")) fail("{}: missing field 'linear'", origin);
+  const json& lin = j["linear"];
+  m.num_key_heads = get_int(lin, "num_key_heads", origin, "linear.");
+  m.num_value_heads = get_int(lin, "num_value_heads", origin, "linear.");
+  m.head_k_dim = get_int(lin, "head_k_dim", origin, "linear.");
+  m.head_v_dim = get_int(lin, "head_v_dim", origin, "linear.");
+  m.conv_width = get_int(lin, "conv_width", origin, "linear.");
+  const std::string layout = lin.value("conv_layout", std::string("channels_first"));
+  if (layout == "channels_first") m.conv_layout = ConvLayout::channels_first;
+  else if (layout == "window_first") m.conv_layout = ConvLayout::window_first;
+  else fail("{}: field 'linear.conv_layout' must be channels_first or window_first", origin);
+  if (!j.contains("full_attention")) fail("{}: missing field 'full_attention'", origin);
+  const json& fa = j["full_attention"];
+  const std::string kind = fa.value("kind", std::string());
+  if (kind == "mha") {
+    m.full_attention.kind = FullAttentionSpec::Kind::mha;
+    m.full_attention.num_kv_heads = get_int(fa, "num_kv_heads", origin, "full_attention.");
+    m.full_attention.head_dim = get_int(fa, "head_dim", origin, "full_attention.");
+  } else if (kind == "mla") {
+    m.full_attention.kind = FullAttentionSpec::Kind::mla;
+    m.full_attention.kv_lora_rank = get_int(fa, "kv_lora_rank", origin, "full_attention.");
+    m.full_attention.rope_dim = get_int(fa, "rope_dim", origin, "full_attention.");
+  } else {
+    fail("{}: field 'full_attention.kind' must be \"mha\" or \"mla\"", origin);
+  }
+  if (j.contains("params_billion")) {
+    if (!j["params_billion"].is_number()) fail("{}: field 'params_billion' must be a number", origin);
+    m.params_billion = j["params_billion"].get<double>();
+  }
+  m.ssm_dtype = j.value("ssm_dtype", std::string("float32"));
+  m.default_tp = get_int_or(j, "default_tp", 1, origin, "");
+  complete_layers(m, origin);
+  return m;
+}
+
+// Hugging Face config.json of Qwen3-Next / Qwen3.5 (fields linear_*; layer_types or
+// full_attention_interval) or Kimi-Linear (linear_attn_config with 1-based layer lists).
+ModelConfig parse_hf_config(const json& top, const std::string& origin) {
+  const json& j = top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
+  const std::string where = &j == &top ? "" : "text_config.";
+  const std::string model_type = top.value("model_type", j.value("model_type", std::string()));
+  ModelConfig m;
+  m.source = origin;
+  m.name = top.value("_name_or_path", model_type);
+  m.num_layers = get_int(j, "num_hidden_layers", origin, where);
+  if (model_type.rfind("qwen3_next", 0) == 0 || model_type.rfind("qwen3_5", 0) == 0) {
+    m.gate = GateKind::gdn;
+    m.num_key_heads = get_int(j, "linear_num_key_heads", origin, where);
+    m.num_value_heads = get_int(j, "linear_num_value_heads", origin, where);
+    m.head_k_dim = get_int(j, "linear_key_head_dim", origin, where);
+    m.head_v_dim = get_int(j, "linear_value_head_dim", origin, where);
+    m.conv_width = get_int_or(j, "linear_conv_kernel_dim", 4, origin, where);
+    m.conv_layout = ConvLayout::channels_first;
+    m.full_attention.kind = FullAttentionSpec::Kind::mha;
+    m.full_attention.num_kv_heads = get_int(j, "num_key_value_heads", origin, where);
+    m.full_attention.head_dim = get_int(j, "head_dim", origin, where);
+    if (j.contains("layer_types") && j["layer_types"].is_array()) {
+      const json& types = j["layer_types"];
+      if (static_cast<int>(types.size()) != m.num_layers)
+        fail("{}: field '{}layer_types' has {} entries but num_hidden_layers is {}", origin, where,
+             types.size(), m.num_layers);
+      for (int l = 0; l < m.num_layers; ++l) {
+        const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
+        if (t == "full_attention") m.full_layers.push_back(l);
+        else if (t != "linear_attention")
+          fail("{}: field '{}layer_types[{}]' is {}, expected linear_attention or full_attention",
+               origin, where, l, types[l].dump());
+      }
+    } else {
+      const int interval = get_int(j, "full_attention_interval", origin, where);
+      if (interval <= 0) fail("{}: field '{}full_attention_interval' must be positive", origin, where);
+      for (int l = 0; l < m.num_layers; ++l)
+        if ((l + 1) % interval == 0) m.full_layers.push_back(l);
+    }
+    m.ssm_dtype = j.value("mamba_ssm_dtype", std::string("float32"));
+  } else if (model_type == "kimi_linear") {
+    m.gate = GateKind::kda;
+    if (!j.contains("linear_attn_config")) fail("{}: missing field '{}linear_attn_config'", origin, where);
+    const json& lin = j["linear_attn_config"];
+    const std::string lw = where + "linear_attn_config.";
+    m.num_key_heads = m.num_value_heads = get_int(lin, "num_heads", origin, lw);
+    m.head_k_dim = m.head_v_dim = get_int(lin, "head_dim", origin, lw);
+    m.conv_width = get_int_or(lin, "short_conv_kernel_size", 4, origin, lw);
+    m.conv_layout = ConvLayout::window_first;
+    for (int l : get_int_list(lin, "full_attn_layers", origin, lw)) m.full_layers.push_back(l - 1);
+    m.full_attention.kind = FullAttentionSpec::Kind::mla;
+    m.full_attention.kv_lora_rank = get_int(j, "kv_lora_rank", origin, where);
+    m.full_attention.rope_dim = get_int(j, "qk_rope_head_dim", origin, where);
+    if (lin.contains("kda_layers")) {
+      // Cross-check: kda_layers and full_attn_layers must partition 1..num_layers.
+      std::vector<int> kda = get_int_list(lin, "kda_layers", origin, lw);
+      if (static_cast<int>(kda.size() + m.full_layers.size()) != m.num_layers)
+        fail("{}: '{}kda_layers' ({}) and 'full_attn_layers' ({}) do not cover num_hidden_layers ({})",
+             origin, lw, kda.size(), m.full_layers.size(), m.num_layers);
+    }
+  } else {
+    fail("{}: unknown model_type '{}' (supported: qwen3_next, qwen3_5*, kimi_linear)", origin,
+         model_type);
+  }
+  complete_layers(m, origin);
+  return m;
+}
+
+}  // namespace
+
+void validate_model(const ModelConfig& m, const std::string& origin) {
+  auto positive = [&](int v, const char* field) {
+    if (v <= 0) fail("{}: field '{}' must be positive, got {}", origin, field, v);
+  };
+  positive(m.num_layers, "num_layers");
+  positive(m.num_key_heads, "num_key_heads");
+  positive(m.num_value_heads, "num_value_heads");
+  positive(m.head_k_dim, "head_k_dim");
+  positive(m.head_v_dim, "head_v_dim");
+  positive(m.conv_width, "conv_width");
+  positive(m.tp, "tp");
+  if (m.linear_layers.empty()) fail("{}: the model has no linear-attention layers", origin);
+  if (m.num_value_heads % m.num_key_heads != 0)
+    fail("{}: num_value_heads ({}) is not a multiple of num_key_heads ({}) (GVA needs HV % H == 0)",
+         origin, m.num_value_heads, m.num_key_heads);
+  if (m.num_key_heads % m.tp != 0 || m.num_value_heads % m.tp != 0)
+    fail("{}: TP {} does not divide the key heads ({}) and value heads ({})", origin, m.tp,
+         m.num_key_heads, m.num_value_heads);
+  if (m.conv_dim() % m.tp != 0)
+    fail("{}: TP {} does not divide the conv channels ({})", origin, m.tp, m.conv_dim());
+  if (m.full_attention.kind == FullAttentionSpec::Kind::mha && !m.full_layers.empty()) {
+    positive(m.full_attention.num_kv_heads, "full_attention.num_kv_heads");
+    positive(m.full_attention.head_dim, "full_attention.head_dim");
+    const int kv = m.full_attention.num_kv_heads;
+    if (kv >= m.tp ? kv % m.tp != 0 : m.tp % kv != 0)
+      fail("{}: TP {} and {} KV heads can be neither split nor replicated evenly", origin, m.tp, kv);
+  }
+}
+
+ModelConfig parse_model_config(const json& j, const std::string& origin, int tp) {
+  if (!j.is_object()) fail("{}: a model config must be a JSON object", origin);
+  ModelConfig m;
+  if (j.contains("family")) {
+    m = parse_statecheck_schema(j, origin);
+  } else if (j.contains("model_type") || j.contains("text_config")) {
+    m = parse_hf_config(j, origin);
+  } else {
+    fail("{}: neither a statecheck model config (field 'family') nor a Hugging Face config.json "
+         "(field 'model_type')", origin);
+  }
+  m.tp = tp > 0 ? tp : m.default_tp;
+  validate_model(m, origin);
+  return m;
+}
+
+std::vector<std::string> shipped_model_names() {
+  std::vector<std::string> names;
+  const fs::path dir = fs::path(data_dir()) / "models";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ModelConfig load_model(const std::string& name_or_path, int tp) {
+  fs::path path(name_or_path);
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               path.extension() == ".json";
+  if (!looks_like_path) {
+    path = fs::path(data_dir()) / "models" / (name_or_path + ".json");
+    if (!fs::exists(path)) {
+      std::string known;
+      for (const auto& n : shipped_model_names()) known += (known.empty() ? "" : ", ") + n;
+      fail("unknown model '{}' (shipped: {}; or give a path to a config .json)", name_or_path, known);
+    }
+  }
+  std::ifstream in(path);
+  if (!in) fail("{}: cannot open model config", path.string());
+  json j;
+  try {
+    in >> j;
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({})", path.string(), e.what());
+  }
+  return parse_model_config(j, path.string(), tp);
+}
+
+}  // namespace statecheck

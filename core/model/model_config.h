@@ -1,0 +1,87 @@
+// Model configurations: the shapes of the linear-attention (gated delta rule) layers of a real
+// model, its full-attention KV layout and its tensor-parallel sharding.
+//
+// Shipped configs live in data/models/<name>.json (schema documented in data/models/README.md);
+// a Hugging Face config.json of the Qwen3-Next / Qwen3.5 / Kimi-Linear families is accepted too.
+// Values and sources: shared spec numerics.md section 2 and each file's "source" field.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace statecheck {
+
+// GDN: one scalar log-decay per value head and token. KDA: one per value head, token and key
+// channel.
+enum class GateKind { gdn, kda };
+
+const char* gate_kind_name(GateKind kind);
+
+// Full-attention layers' KV cache layout. mha: K and V of num_kv_heads x head_dim per token;
+// mla: one latent of kv_lora_rank + rope_dim per token, replicated on every TP rank.
+struct FullAttentionSpec {
+  enum class Kind { mha, mla } kind = Kind::mha;
+  int num_kv_heads = 0;  // mha only
+  int head_dim = 0;      // mha only
+  int kv_lora_rank = 0;  // mla only
+  int rope_dim = 0;      // mla only
+};
+
+// How a model's conv state is laid out per layer: [channels, W - 1] (Qwen) or [W - 1, channels]
+// (Kimi). Bytes are the same; recorded so pools and dumps can be read correctly.
+enum class ConvLayout { channels_first, window_first };
+
+struct ModelConfig {
+  std::string name;    // e.g. "qwen3.5-35b-a3b"
+  std::string source;  // where the values come from (URL of the public config.json)
+  GateKind gate = GateKind::gdn;
+  int num_layers = 0;               // all decoder layers
+  std::vector<int> linear_layers;   // 0-based indices of gated-delta layers
+  std::vector<int> full_layers;     // 0-based indices of full-attention layers
+  int num_key_heads = 0;            // H (whole model, before TP)
+  int num_value_heads = 0;          // HV (whole model, before TP); HV % H == 0
+  int head_k_dim = 0;               // d_k
+  int head_v_dim = 0;               // d_v
+  int conv_width = 4;               // W
+  ConvLayout conv_layout = ConvLayout::channels_first;
+  FullAttentionSpec full_attention;
+  double params_billion = 0.0;      // total parameters, for the weights estimate of the budget
+  std::string ssm_dtype = "float32";  // the engine's default temporal-state dtype for this model
+  int tp = 1;                       // tensor-parallel degree this config is sharded for
+  int default_tp = 1;               // TP used when the command line gives none ("default_tp")
+
+  int linear_layer_count() const { return static_cast<int>(linear_layers.size()); }
+  int full_layer_count() const { return static_cast<int>(full_layers.size()); }
+  // Heads and conv channels per TP rank.
+  int key_heads_shard() const { return num_key_heads / tp; }
+  int value_heads_shard() const { return num_value_heads / tp; }
+  // conv channels of the whole model: q, k (H x d_k each) and v (HV x d_v).
+  int conv_dim() const { return 2 * num_key_heads * head_k_dim + num_value_heads * head_v_dim; }
+  int conv_dim_shard() const { return conv_dim() / tp; }
+  // Full-attention KV heads per rank: at least 1 (heads are replicated when fewer than TP).
+  int kv_heads_shard() const;
+};
+
+// Loads a shipped model by name (data/models/<name>.json) or a config file by path, in the
+// statecheck schema or as a Hugging Face config.json, and shards it for `tp` ranks (tp <= 0: the
+// config's default_tp, 1 for Hugging Face files).
+// Errors (statecheck::Error, naming the file and field): unknown name, unreadable file, bad JSON,
+// missing or non-integer field, HV % H != 0, TP not dividing H, HV or the conv channels, a layer
+// index out of range, an unknown Hugging Face model_type.
+ModelConfig load_model(const std::string& name_or_path, int tp = 0);
+
+// Parses a config from JSON (statecheck schema or Hugging Face); `origin` names it in errors.
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& origin, int tp = 0);
+
+// Names of the shipped models (files under data/models/), sorted.
+std::vector<std::string> shipped_model_names();
+
+// The data directory: $STATECHECK_DATA_DIR if set, else <source tree>/data.
+std::string data_dir();
+
+// Checks the consistency rules above; throws statecheck::Error naming `origin` and the field.
+void validate_model(const ModelConfig& m, const std::string& origin);
+
+}  // namespace statecheck

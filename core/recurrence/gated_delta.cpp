@@ -1,0 +1,178 @@
+#include "core/recurrence/gated_delta.h"
+
+#include <cmath>
+
+#include <Eigen/Core>
+
+#include "core/dtype/bf16.h"
+#include "core/util/error.h"
+
+namespace statecheck {
+
+namespace {
+constexpr double kL2NormEps = 1e-6;
+}
+
+float RecurrenceShape::effective_scale() const {
+  return scale != 0.0f ? scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+}
+
+RecurrenceShape RecurrenceShape::of_model(const ModelConfig& m) {
+  RecurrenceShape s;
+  s.H = m.key_heads_shard();
+  s.HV = m.value_heads_shard();
+  s.dk = m.head_k_dim;
+  s.dv = m.head_v_dim;
+  s.gate = m.gate;
+  s.qk_l2norm = true;
+  return s;
+}
+
+LayerInputs LayerInputs::zeros(const RecurrenceShape& s, int T) {
+  LayerInputs in;
+  in.T = T;
+  in.q.assign(static_cast<size_t>(T) * s.H * s.dk, 0.0f);
+  in.k.assign(static_cast<size_t>(T) * s.H * s.dk, 0.0f);
+  in.v.assign(static_cast<size_t>(T) * s.HV * s.dv, 0.0f);
+  in.g.assign(static_cast<size_t>(T) * s.gate_width(), 0.0f);
+  in.beta.assign(static_cast<size_t>(T) * s.HV, 0.0f);
+  return in;
+}
+
+void LayerInputs::check(const RecurrenceShape& s) const {
+  auto expect = [&](const std::vector<float>& a, size_t n, const char* name, const char* layout) {
+    if (a.size() != n)
+      fail("layer inputs: '{}' has {} values, expected {} ({} with T={})", name, a.size(), n, layout, T);
+  };
+  if (s.H <= 0 || s.HV % s.H != 0) fail("recurrence shape: HV ({}) must be a multiple of H ({})", s.HV, s.H);
+  expect(q, static_cast<size_t>(T) * s.H * s.dk, "q", "[T, H, d_k]");
+  expect(k, static_cast<size_t>(T) * s.H * s.dk, "k", "[T, H, d_k]");
+  expect(v, static_cast<size_t>(T) * s.HV * s.dv, "v", "[T, HV, d_v]");
+  expect(g, static_cast<size_t>(T) * s.gate_width(), "g", s.gate == GateKind::gdn ? "[T, HV]" : "[T, HV, d_k]");
+  expect(beta, static_cast<size_t>(T) * s.HV, "beta", "[T, HV]");
+}
+
+void gated_delta_head_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1,
+                           double* S, double* o) {
+  const int dk = s.dk, dv = s.dv;
+  const int kh = h / s.group();
+  const double scale = s.effective_scale();
+  std::vector<double> q(dk), k(dk), u(dv), decay(dk);
+  for (int t = t0; t < t1; ++t) {
+    const float* qt = &in.q[(static_cast<size_t>(t) * s.H + kh) * dk];
+    const float* kt = &in.k[(static_cast<size_t>(t) * s.H + kh) * dk];
+    const float* vt = &in.v[(static_cast<size_t>(t) * s.HV + h) * dv];
+    const double beta = in.beta[static_cast<size_t>(t) * s.HV + h];
+    double qn = 1.0, kn = 1.0;
+    if (s.qk_l2norm) {
+      double sq = 0.0, sk = 0.0;
+      for (int j = 0; j < dk; ++j) {
+        sq += static_cast<double>(qt[j]) * qt[j];
+        sk += static_cast<double>(kt[j]) * kt[j];
+      }
+      qn = std::sqrt(sq + kL2NormEps);
+      kn = std::sqrt(sk + kL2NormEps);
+    }
+    for (int j = 0; j < dk; ++j) {
+      q[j] = qt[j] / qn * scale;
+      k[j] = kt[j] / kn;
+      decay[j] = s.gate == GateKind::gdn
+                     ? std::exp(static_cast<double>(in.g[static_cast<size_t>(t) * s.HV + h]))
+                     : std::exp(static_cast<double>(in.g[(static_cast<size_t>(t) * s.HV + h) * dk + j]));
+    }
+    for (int i = 0; i < dv; ++i) {
+      double* row = S + static_cast<size_t>(i) * dk;
+      double acc = 0.0;
+      for (int j = 0; j < dk; ++j) {
+        row[j] *= decay[j];
+        acc += row[j] * k[j];
+      }
+      u[i] = acc;
+    }
+    for (int i = 0; i < dv; ++i) {
+      double* row = S + static_cast<size_t>(i) * dk;
+      const double w = beta * (vt[i] - u[i]);
+      double acc = 0.0;
+      for (int j = 0; j < dk; ++j) {
+        row[j] += w * k[j];
+        acc += row[j] * q[j];
+      }
+      if (o) o[static_cast<size_t>(t - t0) * dv + i] = acc;
+    }
+  }
+}
+
+void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1,
+                           float* S_ptr, float* o, StateStorage storage) {
+  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Vec = Eigen::Matrix<float, 1, Eigen::Dynamic>;
+  const int dk = s.dk, dv = s.dv;
+  const int kh = h / s.group();
+  const float scale = s.effective_scale();
+  Eigen::Map<RowMajor> S(S_ptr, dv, dk);
+  Vec q(dk), k(dk), decay(dk);
+  for (int t = t0; t < t1; ++t) {
+    Eigen::Map<const Vec> qt(&in.q[(static_cast<size_t>(t) * s.H + kh) * dk], dk);
+    Eigen::Map<const Vec> kt(&in.k[(static_cast<size_t>(t) * s.H + kh) * dk], dk);
+    const float* vt = &in.v[(static_cast<size_t>(t) * s.HV + h) * dv];
+    const float beta = in.beta[static_cast<size_t>(t) * s.HV + h];
+    if (s.qk_l2norm) {
+      q = qt * (scale / std::sqrt(qt.squaredNorm() + static_cast<float>(kL2NormEps)));
+      k = kt / std::sqrt(kt.squaredNorm() + static_cast<float>(kL2NormEps));
+    } else {
+      q = qt * scale;
+      k = kt;
+    }
+    const bool scalar_gate = s.gate == GateKind::gdn;
+    const float a = scalar_gate ? std::exp(in.g[static_cast<size_t>(t) * s.HV + h]) : 0.0f;
+    if (!scalar_gate) {
+      Eigen::Map<const Vec> gt(&in.g[(static_cast<size_t>(t) * s.HV + h) * dk], dk);
+      decay = gt.array().exp();
+    }
+    // One pass per row (value channel) with the row in L1: decay, u_i = row . k, delta-rule write,
+    // readout. Same operation order as the spec's four lines, element by element.
+    for (int i = 0; i < dv; ++i) {
+      auto row = S.row(i);
+      if (scalar_gate) row *= a;
+      else row.array() *= decay.array();
+      const float u = row.dot(k);
+      const float w = beta * (vt[i] - u);
+      row += w * k;
+      const float out = row.dot(q);
+      if (o) o[static_cast<size_t>(t - t0) * dv + i] = out;
+      if (storage == StateStorage::bf16) {
+        for (int j = 0; j < dk; ++j) row[j] = round_to_bf16(row[j]);
+      }
+    }
+  }
+}
+
+void gated_delta_layer_fp32(const RecurrenceShape& s, const LayerInputs& in, int t0, int t1,
+                            float* S, float* o, StateStorage storage) {
+  const size_t head = static_cast<size_t>(s.dv) * s.dk;
+  std::vector<float> o_head(o ? static_cast<size_t>(t1 - t0) * s.dv : 0);
+  for (int h = 0; h < s.HV; ++h) {
+    gated_delta_head_fp32(s, in, h, t0, t1, S + h * head, o ? o_head.data() : nullptr, storage);
+    if (o) {
+      for (int t = 0; t < t1 - t0; ++t)
+        for (int i = 0; i < s.dv; ++i)
+          o[(static_cast<size_t>(t) * s.HV + h) * s.dv + i] = o_head[static_cast<size_t>(t) * s.dv + i];
+    }
+  }
+}
+
+void gated_delta_layer_fp64(const RecurrenceShape& s, const LayerInputs& in, int t0, int t1,
+                            double* S, double* o) {
+  const size_t head = static_cast<size_t>(s.dv) * s.dk;
+  std::vector<double> o_head(o ? static_cast<size_t>(t1 - t0) * s.dv : 0);
+  for (int h = 0; h < s.HV; ++h) {
+    gated_delta_head_fp64(s, in, h, t0, t1, S + h * head, o ? o_head.data() : nullptr);
+    if (o) {
+      for (int t = 0; t < t1 - t0; ++t)
+        for (int i = 0; i < s.dv; ++i)
+          o[(static_cast<size_t>(t) * s.HV + h) * s.dv + i] = o_head[static_cast<size_t>(t) * s.dv + i];
+    }
+  }
+}
+
+}  // namespace statecheck

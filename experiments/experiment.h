@@ -1,0 +1,90 @@
+// The statecheck experiments: options shared by the command line, and one entry point per
+// experiment (spec experiments.md). Each writes its datasets under a group named after itself
+// into an open result file and adds its scalar metrics to a Summary.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/io/hdf5_file.h"
+#include "core/io/summary.h"
+#include "core/model/model_config.h"
+
+namespace statecheck {
+
+struct Options {
+  std::string experiment;
+  std::string model = "qwen3.5-35b-a3b";
+  int tp = 0;  // 0: the model's default_tp
+  uint64_t seed = 0;
+  std::string device = "cpu";  // cpu | cuda
+  std::string drive;           // empty: default_drive(model)
+  std::string states;          // --states FILE (drive 'states')
+  bool quick = false;
+  std::string out;      // result file; empty: results/<experiment>.h5
+  std::string summary;  // summary JSON; empty: none (suite: results/summary.json)
+  int threads = 0;      // 0: hardware threads
+  std::string command_line;
+
+  // Numerical experiments.
+  std::string codec = "int8";  // chain: the codec checkpoints go through
+  int prefill = 0;             // codec: prefill tokens (0: 512, quick 128)
+  int decode = 0;              // codec: decode steps after restore (0: 128, quick 32)
+  int chain_tokens = 2048;     // chain: T
+  int chain_layers = 0;        // chain: layers measured (0: all; quick: 2)
+
+  // Cache experiments (spec experiments.md, "Common interface").
+  int active_slots = 256;
+  int ckpt_slots = 0;          // 0: 2 * active
+  std::string mode = "int8";   // bf16 | int8
+  std::string strategy = "extra_buffer";  // no_buffer | extra_buffer
+  std::string temporal_dtype = "fp32";
+  std::string scale_dtype;     // empty: the temporal dtype (spec numerics.md section 3)
+  std::string conv_dtype = "bf16";
+  double gpu_mem_gib = 141e9 / 1073741824.0;  // an H200: 141 GB = 131.3 GiB
+  double mem_fraction = 0.88;
+  double weights_gib = -1.0;   // < 0: params_billion * 2 bytes / TP
+  std::string trace;           // replay: Mooncake trace (default data/traces/...)
+  bool no_payload = false;     // cache experiments: bookkeeping only, no state payloads
+
+  // Resolved helpers.
+  int thread_count() const;
+  std::string scale_dtype_or_default() const;
+  std::string out_path() const;  // out, or results/<experiment>.h5
+};
+
+// Resolves the model named by the options (name or path, TP).
+ModelConfig options_model(const Options& o);
+
+using ExperimentFn = std::function<void(const Options&, const ModelConfig&, H5Writer&, Summary&)>;
+
+struct ExperimentEntry {
+  std::string name;
+  std::string description;
+  ExperimentFn run;
+  bool in_suite = true;
+};
+
+// Every experiment this build knows, in suite order.
+const std::vector<ExperimentEntry>& experiment_registry();
+
+// Individual experiments.
+void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+
+// Runs one experiment end to end: result file with run info, summary, threshold table.
+// Returns the process exit code (suite: 1 when a threshold fails).
+int run_experiment(const Options& o);
+int run_suite(const Options& o);
+
+// Prints the rows of the thresholds that apply to `summary` with their headroom; returns the
+// number of failing rows.
+int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& rows);
+
+// Path of data/thresholds.json.
+std::string thresholds_path();
+
+}  // namespace statecheck

@@ -1,0 +1,48 @@
+#include "experiments/states_source.h"
+
+#include "core/io/states_file.h"
+#include "core/util/error.h"
+#include "core/util/rng.h"
+
+namespace statecheck {
+
+uint64_t sequence_seed(uint64_t seed, int n) { return n == 0 ? seed : mix_seed(seed, static_cast<uint64_t>(n), 0x5EC); }
+
+StatesSource StatesSource::from_options(const Options& o, const ModelConfig& m) {
+  StatesSource s;
+  s.drive_ = o.drive.empty() ? default_drive(m) : parse_drive(o.drive, o.states);
+  check_drive_matches_model(s.drive_, m);
+  s.name_ = s.drive_.name();
+  const RecurrenceShape shape = RecurrenceShape::of_model(m);
+  const DriveKind token_kind = s.drive_.token_drive(m);
+  const uint64_t seed = o.seed;
+  s.inputs_ = [shape, token_kind, seed](int n, int layer, int T) {
+    return synthetic_inputs(token_kind, shape, sequence_seed(seed, n), layer, T);
+  };
+  const size_t layer_size = static_cast<size_t>(shape.HV) * shape.dv * shape.dk;
+  switch (s.drive_.kind) {
+    case DriveKind::seed_kda:
+    case DriveKind::init_gdn:
+    case DriveKind::init_kda:
+      s.count_ = 1;
+      s.prefill_ = true;
+      s.initial_ = [layer_size](int, int) { return std::vector<float>(layer_size, 0.0f); };
+      break;
+    case DriveKind::states: {
+      auto states = std::make_shared<std::vector<MultiLayerState>>(read_states_file(s.drive_.states_file, m));
+      s.count_ = static_cast<int>(states->size());
+      s.prefill_ = false;
+      s.name_ = "states:" + s.drive_.states_file;
+      s.initial_ = [states, layer_size](int n, int layer) {
+        const float* p = (*states)[n].layer(layer);
+        return std::vector<float>(p, p + layer_size);
+      };
+      break;
+    }
+    case DriveKind::tinylm:
+      fail("drive 'tinylm' is not available in this build (no shipped tiny model under data/tinylm)");
+  }
+  return s;
+}
+
+}  // namespace statecheck

@@ -1,0 +1,48 @@
+// Where the numerical experiments get their states and the tokens that extend them, resolved from
+// --drive / --states (spec experiments.md, "Input drives"):
+//   synthetic drives: one sequence; the state is built by a prefill from zero over drive tokens;
+//   'states': N states read from the file, extended by tokens of the model family's init drive;
+//   'tinylm': states and layer inputs of the shipped tiny language model on its held-out text.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/drive/drive.h"
+#include "core/recurrence/gated_delta.h"
+#include "core/state/state.h"
+#include "experiments/experiment.h"
+
+namespace statecheck {
+
+class StatesSource {
+ public:
+  // Throws statecheck::Error for an unknown drive, a drive that does not match the model's gate
+  // kind, or an unreadable / mismatching states file.
+  static StatesSource from_options(const Options& o, const ModelConfig& m);
+
+  int count() const { return count_; }                 // sequences (states) measured
+  bool has_prefill() const { return prefill_; }        // state built by a prefill from zero
+  const std::string& drive_name() const { return name_; }
+  const DriveSpec& drive() const { return drive_; }
+
+  // Inputs of layer `layer` of sequence n for T tokens (deterministic in seed, n, layer).
+  LayerInputs layer_inputs(int n, int layer, int T) const { return inputs_(n, layer, T); }
+  // Starting temporal state of that layer, [HV, d_v, d_k] fp32 (zeros for synthetic drives).
+  std::vector<float> initial_layer_state(int n, int layer) const { return initial_(n, layer); }
+
+ private:
+  int count_ = 1;
+  bool prefill_ = true;
+  std::string name_;
+  DriveSpec drive_;
+  std::function<LayerInputs(int, int, int)> inputs_;
+  std::function<std::vector<float>(int, int)> initial_;
+};
+
+// Seed of sequence n's token stream: the run's seed for n = 0, a derived one otherwise.
+uint64_t sequence_seed(uint64_t seed, int n);
+
+}  // namespace statecheck

@@ -1,0 +1,78 @@
+// `statecheck suite`: every experiment the build supports, one result file each
+// (results/<experiment>.h5), one merged summary (results/summary.json), the plots
+// (results/plots/*.png, scripts/plot.py) and the regression gate against data/thresholds.json:
+// exit 1, with the failing rows printed, when a limit breaks.
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/io/run_info.h"
+#include "core/util/error.h"
+#include "experiments/experiment.h"
+
+namespace statecheck {
+
+namespace {
+
+// Draws the plots with Debian's python3 (matplotlib + h5py). A missing interpreter or module is
+// reported, never hidden; it does not fail the suite (the numbers are in the HDF5 files).
+void make_plots(const std::string& dir) {
+  if (const char* off = std::getenv("STATECHECK_NO_PLOTS"); off && *off) {
+    fmt::print("plots: skipped (STATECHECK_NO_PLOTS is set)\n");
+    return;
+  }
+  const std::string script = std::string(STATECHECK_SOURCE_DIR) + "/scripts/plot.py";
+  const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd = fmt::format("'{}' '{}' '{}'/*.h5 --out '{}/plots'", python, script, dir, dir);
+  fmt::print("plots: {}\n", cmd);
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0)
+    fmt::print("plots: NOT drawn (exit {}); install python3-matplotlib and python3-h5py "
+               "(scripts/setup.sh), then run scripts/plot.py {}/*.h5 --out {}/plots\n", rc, dir, dir);
+}
+
+}  // namespace
+
+int run_suite(const Options& base) {
+  const std::string dir = base.out.empty() ? "results" : base.out;
+  std::filesystem::create_directories(dir);
+  const std::string summary_path = base.summary.empty() ? dir + "/summary.json" : base.summary;
+  const ModelConfig model = options_model(base);
+  Summary all;
+  fmt::print("suite: model {} at TP {}, {} protocol, results in {}/\n", model.name, model.tp,
+             base.quick ? "quick" : "full", dir);
+  for (const auto& e : experiment_registry()) {
+    if (!e.in_suite) continue;
+    Options o = base;
+    o.experiment = e.name;
+    o.out = dir + "/" + e.name + ".h5";
+    fmt::print("\n==== {} : {}\n", e.name, e.description);
+    H5Writer file(o.out);
+    RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
+    file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
+    file.attr("/", "tp", static_cast<int64_t>(model.tp));
+    Summary s;
+    e.run(o, model, file, s);
+    for (const auto& [k, v] : s.values()) fmt::print("  {:<56} {:.6g}\n", k, v);
+    all.merge(s);
+  }
+  auto rows = load_thresholds(thresholds_path());
+  const int failures = print_threshold_table(all, rows);
+  int skipped = 0;
+  for (const auto& r : rows) skipped += r.present ? 0 : 1;
+  if (skipped) fmt::print("  ({} limits not measured by this build or protocol)\n", skipped);
+  write_summary_json(summary_path, all, &rows);
+  fmt::print("\nwrote {}/*.h5 and {}\n", dir, summary_path);
+  make_plots(dir);
+  if (failures > 0) {
+    fmt::print("\nsuite: {} threshold(s) FAILED:\n", failures);
+    for (const auto& r : rows)
+      if (!r.pass) fmt::print("  {} = {:.6g}, limit {} {:.6g} ({})\n", r.key, r.value, r.op, r.limit, r.reason);
+    return 1;
+  }
+  fmt::print("\nsuite: all {} measured thresholds hold\n", static_cast<int>(rows.size()) - skipped);
+  return 0;
+}
+
+}  // namespace statecheck

@@ -1,0 +1,183 @@
+// safetensors / HDF5 state files and the result-file writer.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "core/io/hdf5_file.h"
+#include "core/io/safetensors.h"
+#include "core/io/states_file.h"
+#include "core/io/summary.h"
+#include "core/util/error.h"
+
+using namespace statecheck;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("statecheck_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TensorToWrite pattern(std::vector<size_t> shape, const std::string& dtype) {
+  TensorToWrite t;
+  t.shape = shape;
+  t.dtype = dtype;
+  size_t n = 1;
+  for (auto d : shape) n *= d;
+  t.data.resize(n);
+  for (size_t i = 0; i < n; ++i) t.data[i] = static_cast<float>(int(i % 97) - 48) / 64.0f;  // exact in bf16
+  return t;
+}
+
+}  // namespace
+
+TEST(Safetensors, RoundTripF32AndBf16) {
+  const std::string path = temp_path("rt.safetensors");
+  write_safetensors(path, {{"state", pattern({2, 3, 4}, "F32")}, {"other", pattern({5}, "BF16")}}, {{"k", "v"}});
+  const FloatArray a = read_safetensors(path);
+  EXPECT_EQ(a.name, "state");
+  EXPECT_EQ(a.shape, (std::vector<size_t>{2, 3, 4}));
+  EXPECT_EQ(a.data, pattern({2, 3, 4}, "F32").data);
+  const FloatArray b = read_safetensors(path, "other");
+  EXPECT_EQ(b.dtype, "BF16");
+  EXPECT_EQ(b.data, pattern({5}, "BF16").data);
+}
+
+TEST(Safetensors, TruncatedFileIsOneLineError) {
+  const std::string path = temp_path("trunc.safetensors");
+  write_safetensors(path, {{"state", pattern({4, 4}, "F32")}});
+  fs::resize_file(path, fs::file_size(path) - 10);
+  const std::string msg = error_of([&] { read_safetensors(path); });
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+  fs::resize_file(path, 5);
+  EXPECT_NE(error_of([&] { read_safetensors(path); }).find("too short"), std::string::npos);
+}
+
+TEST(Safetensors, MislabelledDtypeIsNamed) {
+  const std::string path = temp_path("mislabel.safetensors");
+  write_safetensors(path, {{"state", pattern({4, 4}, "BF16")}});
+  // Rewrite the header's dtype to F32 without changing the byte count (same length string).
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string content((std::istreambuf_iterator<char>(f)), {});
+  const auto pos = content.find("\"BF16\"");
+  ASSERT_NE(pos, std::string::npos);
+  content.replace(pos, 6, "\"F32\" ");
+  f.seekp(0);
+  f.write(content.data(), static_cast<std::streamsize>(content.size()));
+  f.close();
+  const std::string msg = error_of([&] { read_safetensors(path); });
+  EXPECT_NE(msg.find("mislabelled"), std::string::npos) << msg;
+}
+
+TEST(Safetensors, GarbageHeaderAndUnsupportedDtype) {
+  const std::string path = temp_path("garbage.safetensors");
+  {
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t n = 6;
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << "{nope}";
+  }
+  EXPECT_NE(error_of([&] { read_safetensors(path); }).find("not valid JSON"), std::string::npos);
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::string h = R"({"state":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}})";
+    const uint64_t n = h.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << h << "ab";
+  }
+  EXPECT_NE(error_of([&] { read_safetensors(path); }).find("dtype I8"), std::string::npos);
+}
+
+TEST(StatesFile, ShapeChecksAgainstTheModel) {
+  const ModelConfig m = load_model("qwen3.5-35b-a3b", 4);  // 30 layers, 8 heads, 128 x 128
+  const std::string good = temp_path("good.safetensors");
+  write_safetensors(good, {{"state", pattern({30, 2, 8, 128, 128}, "BF16")}});
+  const auto states = read_states_file(good, m);
+  ASSERT_EQ(states.size(), 2u);
+  // [L, N, HV, dv, dk]: state n=1, layer 3, head 5, (7, 9)
+  const size_t flat = (((3 * 2 + 1) * 8 + 5) * 128 + 7) * 128 + 9;
+  EXPECT_EQ(states[1].head(3, 5)[7 * 128 + 9], pattern({30, 2, 8, 128, 128}, "BF16").data[flat]);
+
+  const std::string wrong_heads = temp_path("heads.safetensors");
+  write_safetensors(wrong_heads, {{"state", pattern({30, 32, 128, 128}, "F32")}});
+  const std::string msg = error_of([&] { read_states_file(wrong_heads, m); });
+  EXPECT_NE(msg.find("32 value heads"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--tp 1"), std::string::npos) << msg;
+  const std::string wrong_layers = temp_path("layers.safetensors");
+  write_safetensors(wrong_layers, {{"state", pattern({29, 8, 128, 128}, "F32")}});
+  EXPECT_NE(error_of([&] { read_states_file(wrong_layers, m); }).find("29 layers"), std::string::npos);
+}
+
+TEST(Hdf5, WriterOutputReadsBack) {
+  const std::string path = temp_path("w.h5");
+  {
+    H5Writer w(path);
+    w.attr("/", "model", std::string("x"));
+    w.write("codec/int8/relerr", std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3}, "1", "test");
+    w.write_scalar("codec/int8/scalar", 0.5, "1", "test");
+    w.write_strings("codec/names", {"a", "bb"}, "names");
+  }
+  std::vector<size_t> shape;
+  const auto v = read_hdf5_doubles(path, "codec/int8/relerr", &shape);
+  EXPECT_EQ(shape, (std::vector<size_t>{2, 3}));
+  EXPECT_EQ(v, (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(read_hdf5_doubles(path, "codec/int8/scalar")[0], 0.5);
+  EXPECT_THROW(read_hdf5_doubles(path, "nope"), Error);
+}
+
+TEST(Hdf5, StatesFileFromHdf5) {
+  const ModelConfig m = load_model("kimi-linear-48b-a3b", 4);  // 20 layers, 8 heads
+  const std::string path = temp_path("states.h5");
+  {
+    H5Writer w(path);
+    std::vector<double> data(size_t(20) * 8 * 128 * 128);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = double(i % 13) * 0.25;
+    w.write("state", data, {20, 8, 128, 128}, "1", "test states");
+  }
+  const auto states = read_states_file(path, m);
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(states[0].head(19, 7)[127 * 128 + 127], float(((size_t(20) * 8 * 128 * 128) - 1) % 13) * 0.25f);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  EXPECT_THROW(read_states_file(path, m), Error);
+}
+
+TEST(Summary, ThresholdsPassFailAndSkip) {
+  const std::string path = temp_path("thr.json");
+  {
+    std::ofstream out(path);
+    out << R"({"limits": {"a": {"op": "<", "limit": 1.0, "reason": "r"}, "b": {"op": ">", "limit": 2.0, "reason": "r"},
+              "c": {"op": "<", "limit": 1.0, "reason": "r"}}})";
+  }
+  auto rows = load_thresholds(path);
+  Summary s;
+  s.set("a", 0.5);
+  s.set("b", 1.0);
+  check_thresholds(s, rows);
+  for (const auto& r : rows) {
+    if (r.key == "a") {
+      EXPECT_TRUE(r.present && r.pass);
+    } else if (r.key == "b") {
+      EXPECT_TRUE(r.present && !r.pass);
+    } else {
+      EXPECT_FALSE(r.present);
+    }
+  }
+  s.set("a", std::nan(""));
+  check_thresholds(s, rows);
+  EXPECT_FALSE(rows[0].pass);
+}
