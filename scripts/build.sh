@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds statecheck into build/ (or $STATECHECK_BUILD_DIR). Extra arguments go to
+# cmake's configure step, e.g. scripts/build.sh -DSTATECHECK_CUDA=OFF.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${STATECHECK_BUILD_DIR:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$build" -j "$(nproc)"
