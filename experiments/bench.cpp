@@ -15,9 +15,6 @@
 #include "core/util/error.h"
 #include "experiments/experiment.h"
 
-#ifdef STATECHECK_HAVE_CUDA
-#include "kernels/bench/gpu_bench.h"
-#endif
 
 namespace statecheck {
 

@@ -74,6 +74,10 @@ const std::vector<ExperimentEntry>& experiment_registry();
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+#ifdef STATECHECK_HAVE_CUDA
+// The CUDA half of `bench` (experiments/bench_gpu.cpp).
+void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+#endif
 
 // Runs one experiment end to end: result file with run info, summary, threshold table.
 // Returns the process exit code (suite: 1 when a threshold fails).

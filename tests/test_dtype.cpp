@@ -105,6 +105,8 @@ TEST(Fp8E4m3, RoundsToNearestEven) {
     const uint8_t c = fp8_e4m3_from_float(x);
     const float lo = c > 0 ? fp8_e4m3_to_float(c - 1) : y;
     EXPECT_LE(std::fabs(y - x), std::fabs(lo - x)) << x;
-    if (c < 0x7E) EXPECT_LE(std::fabs(y - x), std::fabs(fp8_e4m3_to_float(c + 1) - x)) << x;
+    if (c < 0x7E) {
+      EXPECT_LE(std::fabs(y - x), std::fabs(fp8_e4m3_to_float(c + 1) - x)) << x;
+    }
   }
 }

@@ -1,0 +1,484 @@
+#include "kernels/codec/checkpoint_codec.h"
+
+#include <cstring>
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/common/cuda_check.h"
+
+namespace statecheck::cuda {
+
+namespace {
+
+constexpr int kWarps = 16;               // 512 threads per block
+constexpr int kConvChunk = kWarps * 32 * 8;  // bf16 conv values per conv block (8 per thread)
+
+enum class Kind { fp32, bf16, int8, fp8, fp8_raw };
+
+Kind kind_of(const Codec& c) {
+  switch (c.kind) {
+    case CodecKind::fp32: return Kind::fp32;
+    case CodecKind::bf16: return Kind::bf16;
+    case CodecKind::int8: return Kind::int8;
+    case CodecKind::fp8_e4m3: return Kind::fp8;
+    case CodecKind::fp8_e4m3_raw: return Kind::fp8_raw;
+  }
+  return Kind::fp32;
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x);
+template <>
+__device__ __forceinline__ float to_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Loads VEC consecutive active-pool elements as fp32 (16-byte / 8-byte loads when VEC == 4;
+// VEC divides d_k and head offsets are multiples of d_k, so the addresses are aligned).
+template <int VEC>
+__device__ __forceinline__ void load_vec(const float* p, float* out) {
+  if constexpr (VEC == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = p[e];
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float* out) {
+  if constexpr (VEC == 4) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = __bfloat162float(p[e]);
+  }
+}
+
+__device__ __forceinline__ uint8_t fp8_encode(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float fp8_decode(uint8_t c) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// Value bytes of one element in the checkpoint for a kind.
+template <Kind K>
+struct CkptValue;
+template <>
+struct CkptValue<Kind::fp32> { using T = float; };
+template <>
+struct CkptValue<Kind::bf16> { using T = __nv_bfloat16; };
+template <>
+struct CkptValue<Kind::int8> { using T = int8_t; };
+template <>
+struct CkptValue<Kind::fp8> { using T = uint8_t; };
+template <>
+struct CkptValue<Kind::fp8_raw> { using T = uint8_t; };
+
+struct Job {
+  int pair, layer, part;  // part < HV: a head; else a conv chunk
+};
+
+__device__ __forceinline__ Job decode_job(int HV, int conv_blocks, int L) {
+  const int per_layer = HV + conv_blocks;
+  const int item = blockIdx.x;
+  Job j;
+  j.pair = item / (L * per_layer);
+  const int rest = item % (L * per_layer);
+  j.layer = rest / per_layer;
+  j.part = rest % per_layer;
+  return j;
+}
+
+// Copies one chunk of the conv window (bf16) between pools; 16-byte copies when aligned.
+__device__ void copy_conv_chunk(const uint16_t* src, uint16_t* dst, int64_t conv_elems, int chunk) {
+  const int64_t begin = static_cast<int64_t>(chunk) * kConvChunk;
+  const int64_t end = begin + kConvChunk < conv_elems ? begin + kConvChunk : conv_elems;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(src + begin) | reinterpret_cast<uintptr_t>(dst + begin)) & 15) == 0;
+  if (aligned) {
+    const int64_t vec_end = begin + ((end - begin) / 8) * 8;
+    for (int64_t e = begin + threadIdx.x * 8; e < vec_end; e += blockDim.x * 8)
+      *reinterpret_cast<uint4*>(dst + e) = *reinterpret_cast<const uint4*>(src + e);
+    for (int64_t e = vec_end + threadIdx.x; e < end; e += blockDim.x) dst[e] = src[e];
+  } else {
+    for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x) dst[e] = src[e];
+  }
+}
+
+struct CodecParams {
+  int L, HV, dv, dk;
+  int64_t conv_elems;
+  int conv_blocks;
+  const void* src_temporal;
+  const void* src_scales;
+  const uint16_t* src_conv;
+  int64_t src_slots;
+  void* dst_temporal;
+  void* dst_scales;
+  uint16_t* dst_conv;
+  int64_t dst_slots;
+  const int32_t* src_ids;
+  const int32_t* dst_ids;
+  int32_t* error_info;
+};
+
+// Store: one block per (pair, layer, head) encodes a [d_v, d_k] head; extra blocks copy conv.
+// Warp w holds rows w, w + 16, ... (up to MAXR rows) in registers; lane l holds key columns
+// (c * 32 + l) * VEC + e. Column amax: per-warp maxima in shared memory, then one thread per
+// column reduces them, forms the scale and publishes it.
+template <typename ActiveT, Kind K, typename ScaleT, int VEC, int NCHUNK, int MAXR>
+__global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
+  using ValueT = typename CkptValue<K>::T;
+  constexpr int NCOL = VEC * NCHUNK;
+  constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
+  __shared__ float part_amax[kScaled ? kWarps : 1][kScaled ? 256 : 1];
+  __shared__ float col_scale[kScaled ? 256 : 1];
+  __shared__ int bad;
+
+  const Job job = decode_job(p.HV, p.conv_blocks, p.L);
+  const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
+  if (job.part >= p.HV) {
+    if (p.conv_elems > 0) {
+      copy_conv_chunk(p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
+                      p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
+                      p.conv_elems, job.part - p.HV);
+    }
+    return;
+  }
+  const int h = job.part;
+  const size_t head = static_cast<size_t>(p.dv) * p.dk;
+  const ActiveT* src = reinterpret_cast<const ActiveT*>(p.src_temporal) +
+                       ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head;
+  ValueT* dst = reinterpret_cast<ValueT*>(p.dst_temporal) +
+                ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) bad = -1;
+  __syncthreads();
+
+  float x[MAXR][NCOL];
+  float amax[NCOL];
+#pragma unroll
+  for (int i = 0; i < NCOL; ++i) amax[i] = 0.0f;
+  int first_bad = -1;
+#pragma unroll
+  for (int r = 0; r < MAXR; ++r) {
+    const int row = warp + r * kWarps;
+#pragma unroll
+    for (int c = 0; c < NCHUNK; ++c) {
+      const int j0 = (c * 32 + lane) * VEC;
+      float v[VEC];
+      if (row < p.dv && j0 < p.dk) {
+        load_vec<VEC>(src + static_cast<size_t>(row) * p.dk + j0, v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = 0.0f;
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if (!isfinite(v[e]) && first_bad < 0) first_bad = row * p.dk + j0 + e;
+        x[r][c * VEC + e] = v[e];
+        amax[c * VEC + e] = fmaxf(amax[c * VEC + e], fabsf(v[e]));
+      }
+    }
+  }
+  if (first_bad >= 0) atomicMax(&bad, first_bad);  // any offender; the host names it
+  if constexpr (kScaled) {
+#pragma unroll
+    for (int c = 0; c < NCHUNK; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int j = (c * 32 + lane) * VEC + e;
+        if (j < p.dk) part_amax[warp][j] = amax[c * VEC + e];
+      }
+  }
+  __syncthreads();
+  if (bad >= 0) {
+    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+      p.error_info[1] = job.layer;
+      p.error_info[2] = h;
+      p.error_info[3] = bad;
+    }
+    return;  // refuse: nothing is written for this head
+  }
+  if constexpr (kScaled) {
+    constexpr float kCodeMax = K == Kind::int8 ? 127.0f : 448.0f;
+    ScaleT* scales = reinterpret_cast<ScaleT*>(p.dst_scales) +
+                     ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * p.dk;
+    for (int j = threadIdx.x; j < p.dk; j += blockDim.x) {
+      float m = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, part_amax[w][j]);
+      const ScaleT s = from_float<ScaleT>(fmaxf(m, 1e-8f) / kCodeMax);
+      scales[j] = s;
+      col_scale[j] = to_float<ScaleT>(s);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < MAXR; ++r) {
+    const int row = warp + r * kWarps;
+    if (row >= p.dv) break;
+#pragma unroll
+    for (int c = 0; c < NCHUNK; ++c) {
+      const int j0 = (c * 32 + lane) * VEC;
+      if (j0 >= p.dk) continue;
+      ValueT out[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float v = x[r][c * VEC + e];
+        if constexpr (K == Kind::int8) {
+          float q = rintf(v / col_scale[j0 + e]);
+          q = fminf(fmaxf(q, -127.0f), 127.0f);
+          out[e] = static_cast<int8_t>(static_cast<int>(q));
+        } else if constexpr (K == Kind::fp8) {
+          out[e] = fp8_encode(v / col_scale[j0 + e]);
+        } else if constexpr (K == Kind::fp8_raw) {
+          out[e] = fp8_encode(v);
+        } else {
+          out[e] = from_float<ValueT>(v);
+        }
+      }
+      ValueT* d = dst + static_cast<size_t>(row) * p.dk + j0;
+      if constexpr (VEC == 4 && sizeof(ValueT) == 1) {
+        uchar4 packed;
+        packed.x = static_cast<unsigned char>(out[0]);
+        packed.y = static_cast<unsigned char>(out[1]);
+        packed.z = static_cast<unsigned char>(out[2]);
+        packed.w = static_cast<unsigned char>(out[3]);
+        *reinterpret_cast<uchar4*>(d) = packed;
+      } else if constexpr (VEC == 4 && sizeof(ValueT) == 4) {
+        *reinterpret_cast<float4*>(d) = make_float4(out[0], out[1], out[2], out[3]);
+      } else if constexpr (VEC == 4 && sizeof(ValueT) == 2) {
+        uint2 raw;
+        raw.x = static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&out[0])) |
+                (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&out[1])) << 16);
+        raw.y = static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&out[2])) |
+                (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&out[3])) << 16);
+        *reinterpret_cast<uint2*>(d) = raw;
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) d[e] = out[e];
+      }
+    }
+  }
+}
+
+// Load: one block per (pair, layer, head) decodes a head, elementwise; extra blocks copy conv.
+template <typename ActiveT, Kind K, typename ScaleT>
+__global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
+  using ValueT = typename CkptValue<K>::T;
+  constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
+  const Job job = decode_job(p.HV, p.conv_blocks, p.L);
+  const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
+  if (job.part >= p.HV) {
+    if (p.conv_elems > 0) {
+      copy_conv_chunk(p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
+                      p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
+                      p.conv_elems, job.part - p.HV);
+    }
+    return;
+  }
+  const int h = job.part;
+  const size_t head = static_cast<size_t>(p.dv) * p.dk;
+  const ValueT* src = reinterpret_cast<const ValueT*>(p.src_temporal) +
+                      ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head;
+  ActiveT* dst = reinterpret_cast<ActiveT*>(p.dst_temporal) +
+                 ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head;
+  const ScaleT* scales = kScaled ? reinterpret_cast<const ScaleT*>(p.src_scales) +
+                                       ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * p.dk
+                                 : nullptr;
+  const bool vec4 = p.dk % 4 == 0;
+  const size_t step = static_cast<size_t>(blockDim.x) * (vec4 ? 4 : 1);
+  for (size_t e0 = static_cast<size_t>(threadIdx.x) * (vec4 ? 4 : 1); e0 < head; e0 += step) {
+    const int count = vec4 ? 4 : 1;
+    ValueT in[4];
+    if constexpr (sizeof(ValueT) == 1) {
+      if (vec4) {
+        const uchar4 c = *reinterpret_cast<const uchar4*>(src + e0);
+        in[0] = static_cast<ValueT>(c.x), in[1] = static_cast<ValueT>(c.y);
+        in[2] = static_cast<ValueT>(c.z), in[3] = static_cast<ValueT>(c.w);
+      } else {
+        in[0] = src[e0];
+      }
+    } else if constexpr (sizeof(ValueT) == 4) {
+      if (vec4) {
+        const float4 x = *reinterpret_cast<const float4*>(src + e0);
+        in[0] = x.x, in[1] = x.y, in[2] = x.z, in[3] = x.w;
+      } else {
+        in[0] = src[e0];
+      }
+    } else {
+      if (vec4) {
+        const uint2 raw = *reinterpret_cast<const uint2*>(src + e0);
+        std::memcpy(&in[0], &raw, 8);
+      } else {
+        in[0] = src[e0];
+      }
+    }
+    float out[4];
+    for (int e = 0; e < count; ++e) {
+      const int j = static_cast<int>((e0 + e) % p.dk);
+      if constexpr (K == Kind::int8) {
+        out[e] = static_cast<float>(static_cast<int>(in[e])) * to_float<ScaleT>(scales[j]);
+      } else if constexpr (K == Kind::fp8) {
+        out[e] = fp8_decode(in[e]) * to_float<ScaleT>(scales[j]);
+      } else if constexpr (K == Kind::fp8_raw) {
+        out[e] = fp8_decode(in[e]);
+      } else {
+        out[e] = to_float<ValueT>(in[e]);
+      }
+    }
+    if (vec4) {
+      if constexpr (sizeof(ActiveT) == 4) {
+        *reinterpret_cast<float4*>(dst + e0) = make_float4(out[0], out[1], out[2], out[3]);
+      } else {
+        const __nv_bfloat162 a = __floats2bfloat162_rn(out[0], out[1]);
+        const __nv_bfloat162 b = __floats2bfloat162_rn(out[2], out[3]);
+        uint2 raw;
+        raw.x = *reinterpret_cast<const uint32_t*>(&a);
+        raw.y = *reinterpret_cast<const uint32_t*>(&b);
+        *reinterpret_cast<uint2*>(dst + e0) = raw;
+      }
+      continue;
+    }
+    for (int e = 0; e < count; ++e) dst[e0 + e] = from_float<ActiveT>(out[e]);
+  }
+}
+
+int conv_blocks_for(int64_t conv_elems) { return static_cast<int>((conv_elems + kConvChunk - 1) / kConvChunk); }
+
+CodecParams make_params(const PoolGeometry& g, const StatePoolView& src, const StatePoolView& dst, const int32_t* src_ids,
+                        const int32_t* dst_ids, int32_t* error_info) {
+  CodecParams p;
+  p.L = g.L, p.HV = g.HV, p.dv = g.dv, p.dk = g.dk;
+  p.conv_elems = (src.conv && dst.conv) ? g.conv_elems : 0;
+  p.conv_blocks = conv_blocks_for(p.conv_elems);
+  p.src_temporal = src.temporal, p.src_scales = src.scales, p.src_conv = src.conv, p.src_slots = src.slots_total;
+  p.dst_temporal = dst.temporal, p.dst_scales = dst.scales, p.dst_conv = dst.conv, p.dst_slots = dst.slots_total;
+  p.src_ids = src_ids, p.dst_ids = dst_ids;
+  p.error_info = error_info;
+  return p;
+}
+
+void check_geometry(const PoolGeometry& g, const Codec& c, const StatePoolView& ckpt, const char* what) {
+  if (g.L <= 0 || g.HV <= 0 || g.dv <= 0 || g.dk <= 0)
+    fail("{}: pool geometry must be positive (L {}, HV {}, d_v {}, d_k {})", what, g.L, g.HV, g.dv, g.dk);
+  if (g.dk > 256 || g.dv > 256) fail("{}: d_k and d_v up to 256 are supported (got {}, {})", what, g.dk, g.dv);
+  if (c.has_scales() && !ckpt.scales) fail("{}: codec {} needs a scales buffer in the checkpoint pool", what, c.kind_name());
+}
+
+template <typename ActiveT, Kind K, typename ScaleT, int VEC, int NCHUNK>
+void launch_store_rows(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
+  if (g.dv <= 8 * kWarps) store_kernel<ActiveT, K, ScaleT, VEC, NCHUNK, 8><<<grid, kWarps * 32, 0, stream>>>(p);
+  else store_kernel<ActiveT, K, ScaleT, VEC, NCHUNK, 16><<<grid, kWarps * 32, 0, stream>>>(p);
+}
+
+template <typename ActiveT, Kind K, typename ScaleT>
+void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
+  if (g.dk % 4 == 0 && g.dk <= 128) launch_store_rows<ActiveT, K, ScaleT, 4, 1>(g, p, n, stream);
+  else if (g.dk % 4 == 0) launch_store_rows<ActiveT, K, ScaleT, 4, 2>(g, p, n, stream);
+  else if (g.dk <= 128) launch_store_rows<ActiveT, K, ScaleT, 1, 4>(g, p, n, stream);
+  else launch_store_rows<ActiveT, K, ScaleT, 1, 8>(g, p, n, stream);
+}
+
+template <typename ActiveT, Kind K>
+void dispatch_store_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n, cudaStream_t s) {
+  if (c.scale_dtype == ScaleDtype::bf16) launch_store<ActiveT, K, __nv_bfloat16>(g, p, n, s);
+  else launch_store<ActiveT, K, float>(g, p, n, s);
+}
+
+template <typename ActiveT>
+void dispatch_store(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n, cudaStream_t s) {
+  switch (kind_of(c)) {
+    case Kind::fp32: return launch_store<ActiveT, Kind::fp32, float>(g, p, n, s);
+    case Kind::bf16: return launch_store<ActiveT, Kind::bf16, float>(g, p, n, s);
+    case Kind::int8: return dispatch_store_scale<ActiveT, Kind::int8>(g, p, c, n, s);
+    case Kind::fp8: return dispatch_store_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
+    case Kind::fp8_raw: return launch_store<ActiveT, Kind::fp8_raw, float>(g, p, n, s);
+  }
+}
+
+template <typename ActiveT, Kind K>
+void dispatch_load_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
+  if (c.scale_dtype == ScaleDtype::bf16) load_kernel<ActiveT, K, __nv_bfloat16><<<grid, kWarps * 32, 0, s>>>(p);
+  else load_kernel<ActiveT, K, float><<<grid, kWarps * 32, 0, s>>>(p);
+}
+
+template <typename ActiveT>
+void dispatch_load(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
+  switch (kind_of(c)) {
+    case Kind::fp32: load_kernel<ActiveT, Kind::fp32, float><<<grid, kWarps * 32, 0, s>>>(p); return;
+    case Kind::bf16: load_kernel<ActiveT, Kind::bf16, float><<<grid, kWarps * 32, 0, s>>>(p); return;
+    case Kind::int8: return dispatch_load_scale<ActiveT, Kind::int8>(g, p, c, n, s);
+    case Kind::fp8: return dispatch_load_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
+    case Kind::fp8_raw: load_kernel<ActiveT, Kind::fp8_raw, float><<<grid, kWarps * 32, 0, s>>>(p); return;
+  }
+}
+
+}  // namespace
+
+void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, PoolDtype active_dtype, const StatePoolView& ckpt,
+                      const Codec& codec, const int32_t* active_slots, const int32_t* ckpt_slots, int n,
+                      int32_t* error_info, cudaStream_t stream) {
+  check_geometry(g, codec, ckpt, "checkpoint_store");
+  if (n <= 0) return;
+  if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
+    fail("checkpoint_store: a required device pointer is null");
+  const CodecParams p = make_params(g, active, ckpt, active_slots, ckpt_slots, error_info);
+  if (active_dtype == PoolDtype::fp32) dispatch_store<float>(g, p, codec, n, stream);
+  else dispatch_store<__nv_bfloat16>(g, p, codec, n, stream);
+  STATECHECK_CUDA_CHECK_LAUNCH("store_kernel");
+}
+
+void checkpoint_load(const PoolGeometry& g, const StatePoolView& ckpt, const Codec& codec, const StatePoolView& active,
+                     PoolDtype active_dtype, const int32_t* ckpt_slots, const int32_t* active_slots, int n,
+                     cudaStream_t stream) {
+  check_geometry(g, codec, ckpt, "checkpoint_load");
+  if (n <= 0) return;
+  if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
+    fail("checkpoint_load: a required device pointer is null");
+  const CodecParams p = make_params(g, ckpt, active, ckpt_slots, active_slots, nullptr);
+  if (active_dtype == PoolDtype::fp32) dispatch_load<float>(g, p, codec, n, stream);
+  else dispatch_load<__nv_bfloat16>(g, p, codec, n, stream);
+  STATECHECK_CUDA_CHECK_LAUNCH("load_kernel");
+}
+
+void check_store_error(int32_t* error_info, const PoolGeometry& g, cudaStream_t stream) {
+  if (!error_info) return;
+  int32_t host[4] = {0, 0, 0, 0};
+  STATECHECK_CUDA_CHECK(cudaMemcpyAsync(host, error_info, sizeof host, cudaMemcpyDeviceToHost, stream));
+  STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (host[0] == 0) return;
+  STATECHECK_CUDA_CHECK(cudaMemsetAsync(error_info, 0, sizeof host, stream));
+  fail("non-finite state value at layer {}, head {}, index [{}, {}] (d_v row, d_k column): the checkpoint "
+       "store refused it", host[1], host[2], host[3] / g.dk, host[3] % g.dk);
+}
+
+double checkpoint_store_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c, int n) {
+  const double elems = static_cast<double>(n) * g.L * g.HV * g.dv * g.dk;
+  const double scales = static_cast<double>(n) * g.L * g.HV * g.dk * c.scale_bytes();
+  const double conv = 2.0 * 2.0 * static_cast<double>(n) * g.L * g.conv_elems;
+  return elems * (pool_dtype_bytes(active_dtype) + c.value_bytes()) + scales + conv + 8.0 * n;
+}
+
+double checkpoint_load_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c, int n) {
+  return checkpoint_store_bytes(g, active_dtype, c, n);  // the same bytes, the other way
+}
+
+}  // namespace statecheck::cuda

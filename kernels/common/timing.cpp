@@ -1,0 +1,65 @@
+#include "kernels/common/timing.h"
+
+#include <algorithm>
+
+namespace statecheck::cuda {
+
+GpuTimer::GpuTimer(size_t flush_bytes) : flush_(flush_bytes) {
+  STATECHECK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  STATECHECK_CUDA_CHECK(cudaEventCreate(&start_));
+  STATECHECK_CUDA_CHECK(cudaEventCreate(&stop_));
+}
+
+GpuTimer::~GpuTimer() {
+  if (start_) cudaEventDestroy(start_);
+  if (stop_) cudaEventDestroy(stop_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+TimingStats GpuTimer::time(const std::function<void(cudaStream_t)>& launch, int repeats, bool use_graph) {
+  cudaGraphExec_t exec = nullptr;
+  cudaGraph_t graph = nullptr;
+  if (use_graph) {
+    STATECHECK_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    launch(stream_);
+    STATECHECK_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    STATECHECK_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  auto run = [&] {
+    if (use_graph) STATECHECK_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    else launch(stream_);
+  };
+  run();  // warm-up
+  STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    STATECHECK_CUDA_CHECK(cudaMemsetAsync(flush_.data(), r & 0xFF, flush_.bytes(), stream_));
+    STATECHECK_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    run();
+    STATECHECK_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    STATECHECK_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float t = 0;
+    STATECHECK_CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));
+    ms.push_back(t);
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  std::sort(ms.begin(), ms.end());
+  TimingStats s;
+  s.repeats = repeats;
+  s.median_ms = ms[ms.size() / 2];
+  s.min_ms = ms.front();
+  s.max_ms = ms.back();
+  return s;
+}
+
+double measure_copy_gbps(GpuTimer& timer, size_t bytes, int repeats) {
+  DeviceBuffer<uint8_t> a(bytes), b(bytes);
+  STATECHECK_CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
+  const TimingStats t = timer.time(
+      [&](cudaStream_t s) { STATECHECK_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s)); },
+      repeats, false);
+  return 2.0 * static_cast<double>(bytes) / (t.median_ms * 1e-3) / 1e9;
+}
+
+}  // namespace statecheck::cuda

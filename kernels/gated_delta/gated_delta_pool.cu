@@ -1,0 +1,254 @@
+#include "kernels/gated_delta/gated_delta_pool.h"
+
+#include <cmath>
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/cuda_check.h"
+
+namespace statecheck::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;         // warps per block
+constexpr int kRowsPerWarp = 8;   // state rows (value channels) each warp keeps in registers
+constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+
+struct Params {
+  int H, HV, dk, dv;
+  bool qk_l2norm;
+  float scale;
+  void* pool;
+  const int32_t* slot_ids;
+  const int32_t* cu;
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  const float* g;
+  const float* beta;
+  __nv_bfloat16* o;
+};
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Loads VEC consecutive state elements starting at p (16/8-byte vector loads when VEC == 4).
+template <int VEC>
+__device__ __forceinline__ void load_state(const float* p, float* out) {
+  if constexpr (VEC == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = p[e];
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void load_state(const __nv_bfloat16* p, float* out) {
+  if constexpr (VEC == 4) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+    const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+    const float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
+    out[0] = fa.x, out[1] = fa.y, out[2] = fb.x, out[3] = fb.y;
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = __bfloat162float(p[e]);
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void store_state(float* p, const float* in) {
+  if constexpr (VEC == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) p[e] = in[e];
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void store_state(__nv_bfloat16* p, const float* in) {
+  if constexpr (VEC == 4) {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(in[0], in[1]);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(in[2], in[3]);
+    uint2 raw;
+    raw.x = *reinterpret_cast<const uint32_t*>(&a);
+    raw.y = *reinterpret_cast<const uint32_t*>(&b);
+    *reinterpret_cast<uint2*>(p) = raw;
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) p[e] = __float2bfloat16_rn(in[e]);
+  }
+}
+
+// Grid (num_seqs, HV, ceil(d_v / 32)), block 128 threads. Each warp owns 8 state rows of one
+// (sequence, value head) and keeps them in registers over all of the sequence's tokens; lane l
+// owns key columns (c * 32 + l) * VEC + e. Row dot products (u = S k, o = S q) are warp sums.
+template <int VEC, int NCHUNK, bool KDA, typename StateT>
+__global__ void __launch_bounds__(kWarps * 32) gated_delta_pool_kernel(Params p) {
+  constexpr int NCOL = VEC * NCHUNK;
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.z * kWarps + warp) * kRowsPerWarp;
+  if (row0 >= p.dv) return;  // whole warp idle; the kernel uses no block-wide barrier
+  const int dk = p.dk, dv = p.dv;
+  const int kh = h / (p.HV / p.H);
+  const int slot = p.slot_ids[seq];
+  StateT* S = reinterpret_cast<StateT*>(p.pool) + (static_cast<size_t>(slot) * p.HV + h) * dv * dk;
+
+  int col[NCHUNK];
+  bool col_ok[NCHUNK];
+#pragma unroll
+  for (int c = 0; c < NCHUNK; ++c) {
+    col[c] = (c * 32 + lane) * VEC;
+    col_ok[c] = col[c] < dk;  // VEC divides d_k, so a vector is wholly in or out
+  }
+
+  float s[kRowsPerWarp][NCOL];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = row0 + r;
+#pragma unroll
+    for (int c = 0; c < NCHUNK; ++c) {
+      if (row < dv && col_ok[c]) {
+        load_state<VEC>(S + static_cast<size_t>(row) * dk + col[c], &s[r][c * VEC]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s[r][c * VEC + e] = 0.0f;
+      }
+    }
+  }
+
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  for (int t = t0; t < t1; ++t) {
+    float kk[NCOL], qq[NCOL], dec[NCOL];
+    const __nv_bfloat16* qt = p.q + (static_cast<size_t>(t) * p.H + kh) * dk;
+    const __nv_bfloat16* kt = p.k + (static_cast<size_t>(t) * p.H + kh) * dk;
+    float qsum = 0.0f, ksum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NCHUNK; ++c)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int j = col[c] + e;
+        const float qv = col_ok[c] ? __bfloat162float(qt[j]) : 0.0f;
+        const float kv = col_ok[c] ? __bfloat162float(kt[j]) : 0.0f;
+        qq[c * VEC + e] = qv;
+        kk[c * VEC + e] = kv;
+        qsum += qv * qv;
+        ksum += kv * kv;
+      }
+    float qscale = p.scale, kscale = 1.0f;
+    if (p.qk_l2norm) {
+      qscale = p.scale / sqrtf(warp_sum(qsum) + 1e-6f);
+      kscale = 1.0f / sqrtf(warp_sum(ksum) + 1e-6f);
+    }
+    if constexpr (KDA) {
+      const float* gt = p.g + (static_cast<size_t>(t) * p.HV + h) * dk;
+#pragma unroll
+      for (int c = 0; c < NCHUNK; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) dec[c * VEC + e] = col_ok[c] ? expf(gt[col[c] + e]) : 0.0f;
+    } else {
+      const float a = expf(p.g[static_cast<size_t>(t) * p.HV + h]);
+#pragma unroll
+      for (int i = 0; i < NCOL; ++i) dec[i] = a;
+    }
+#pragma unroll
+    for (int i = 0; i < NCOL; ++i) {
+      qq[i] *= qscale;
+      kk[i] *= kscale;
+    }
+    const float beta = p.beta[static_cast<size_t>(t) * p.HV + h];
+    const __nv_bfloat16* vt = p.v + (static_cast<size_t>(t) * p.HV + h) * dv;
+    __nv_bfloat16* ot = p.o ? p.o + (static_cast<size_t>(t) * p.HV + h) * dv : nullptr;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = row0 + r;
+      if (row >= dv) break;  // uniform across the warp
+      float part = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NCOL; ++i) {
+        s[r][i] *= dec[i];
+        part += s[r][i] * kk[i];
+      }
+      const float u = warp_sum(part);
+      const float w = beta * (__bfloat162float(vt[row]) - u);
+      float out = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NCOL; ++i) {
+        s[r][i] += w * kk[i];
+        out += s[r][i] * qq[i];
+      }
+      out = warp_sum(out);
+      if (ot && lane == r) ot[row] = __float2bfloat16_rn(out);
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = row0 + r;
+    if (row >= dv) break;
+#pragma unroll
+    for (int c = 0; c < NCHUNK; ++c)
+      if (col_ok[c]) store_state<VEC>(S + static_cast<size_t>(row) * dk + col[c], &s[r][c * VEC]);
+  }
+}
+
+template <int VEC, int NCHUNK>
+void launch_shape(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
+  const dim3 grid(a.num_seqs, a.HV, (a.dv + kRowsPerBlock - 1) / kRowsPerBlock);
+  const dim3 block(kWarps * 32);
+  const bool kda = a.gate == GateKind::kda;
+  const bool f32 = a.state_dtype == PoolDtype::fp32;
+  if (kda && f32) gated_delta_pool_kernel<VEC, NCHUNK, true, float><<<grid, block, 0, stream>>>(p);
+  else if (kda) gated_delta_pool_kernel<VEC, NCHUNK, true, __nv_bfloat16><<<grid, block, 0, stream>>>(p);
+  else if (f32) gated_delta_pool_kernel<VEC, NCHUNK, false, float><<<grid, block, 0, stream>>>(p);
+  else gated_delta_pool_kernel<VEC, NCHUNK, false, __nv_bfloat16><<<grid, block, 0, stream>>>(p);
+}
+
+}  // namespace
+
+void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
+  if (a.H <= 0 || a.HV <= 0 || a.dk <= 0 || a.dv <= 0)
+    fail("gated_delta_pool: H, HV, d_k, d_v must be positive (got {}, {}, {}, {})", a.H, a.HV, a.dk, a.dv);
+  if (a.HV % a.H != 0) fail("gated_delta_pool: HV ({}) is not a multiple of H ({})", a.HV, a.H);
+  if (a.dk > 256) fail("gated_delta_pool: d_k = {} > 256 is not supported", a.dk);
+  if (a.num_seqs < 0) fail("gated_delta_pool: num_seqs = {}", a.num_seqs);
+  if (a.num_seqs == 0) return;
+  if (!a.state_pool || !a.slot_ids || !a.cu_seqlens || !a.q || !a.k || !a.v || !a.g || !a.beta)
+    fail("gated_delta_pool: a required device pointer is null");
+  Params p;
+  p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
+  p.qk_l2norm = a.qk_l2norm;
+  p.scale = a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.dk)));
+  p.pool = a.state_pool;
+  p.slot_ids = a.slot_ids;
+  p.cu = a.cu_seqlens;
+  p.q = reinterpret_cast<const __nv_bfloat16*>(a.q);
+  p.k = reinterpret_cast<const __nv_bfloat16*>(a.k);
+  p.v = reinterpret_cast<const __nv_bfloat16*>(a.v);
+  p.g = a.g;
+  p.beta = a.beta;
+  p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
+  if (a.dk % 4 == 0 && a.dk <= 128) launch_shape<4, 1>(a, p, stream);
+  else if (a.dk % 4 == 0) launch_shape<4, 2>(a, p, stream);
+  else if (a.dk <= 128) launch_shape<1, 4>(a, p, stream);
+  else launch_shape<1, 8>(a, p, stream);
+  STATECHECK_CUDA_CHECK_LAUNCH("gated_delta_pool_kernel");
+}
+
+double gated_delta_pool_bytes(const GatedDeltaPoolArgs& a, int64_t T) {
+  const double state = 2.0 * a.num_seqs * a.HV * static_cast<double>(a.dv) * a.dk * pool_dtype_bytes(a.state_dtype);
+  const double per_token = 2.0 * (2.0 * a.H * a.dk + a.HV * a.dv) +                      // q, k, v bf16
+                           4.0 * (a.gate == GateKind::gdn ? a.HV : a.HV * a.dk) + 4.0 * a.HV +  // g, beta
+                           (a.o ? 2.0 * a.HV * a.dv : 0.0);                                 // o
+  return state + per_token * static_cast<double>(T) + 4.0 * (2 * a.num_seqs + 1);
+}
+
+double gated_delta_pool_flops(const GatedDeltaPoolArgs& a, int64_t T) {
+  return 6.0 * a.dk * a.dv * a.HV * static_cast<double>(T);
+}
+
+}  // namespace statecheck::cuda

@@ -1,0 +1,68 @@
+// Fused recurrent gated delta rule (GDN and KDA) over a state pool indexed by slot, on the GPU.
+//
+// One launch advances num_seqs sequences, each by its own number of tokens (decode: 1 token each;
+// recurrent prefill: T_s tokens, variable lengths via cu_seqlens), reading and writing each
+// sequence's state in place in the pool slot slot_ids[s]. Slots not listed stay bit-identical.
+// Semantics are those of core/recurrence/gated_delta.h (spec numerics.md section 1): per token
+// S <- S * exp(g); u = S k; S <- S + beta (v - u) k^T; o = S (scale q), q/k L2-normalised over
+// d_k when qk_l2norm (epsilon 1e-6 inside the square root), GVA value head h reads key head
+// h / (HV / H).
+//
+// Shapes (outermost first, row-major, strides in elements):
+//   state_pool  [pool_slots, HV, d_v, d_k]   fp32 or bf16 (state_dtype), one layer
+//   slot_ids    [num_seqs]                   int32, distinct, each in [0, pool_slots)
+//   cu_seqlens  [num_seqs + 1]               int32 token offsets into the packed token arrays
+//   q, k        [total_T, H, d_k]            bf16 bits
+//   v           [total_T, HV, d_v]           bf16 bits
+//   g           [total_T, HV] (GDN) or [total_T, HV, d_k] (KDA)   fp32, log-space decay (<= 0)
+//   beta        [total_T, HV]                fp32 in (0, 1)
+//   o           [total_T, HV, d_v]           bf16 bits (may be null: state update only)
+// Arithmetic is fp32; the state is held in registers across the tokens of one launch and stored
+// in the pool dtype at the end (round to nearest even for bf16), as flash-linear-attention's
+// fused_recurrent kernels do. All pointers are device pointers. Duplicate slot ids are a caller
+// error (they race); the launcher checks sizes and shapes, not slot contents.
+// CPU reference: gated_delta_pool_reference() in gated_delta_pool_reference.h.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "core/model/model_config.h"
+
+namespace statecheck::cuda {
+
+enum class PoolDtype { fp32, bf16 };
+
+inline size_t pool_dtype_bytes(PoolDtype d) { return d == PoolDtype::fp32 ? 4 : 2; }
+inline const char* pool_dtype_name(PoolDtype d) { return d == PoolDtype::fp32 ? "fp32" : "bf16"; }
+
+struct GatedDeltaPoolArgs {
+  int num_seqs = 0;
+  int H = 0, HV = 0, dk = 0, dv = 0;
+  GateKind gate = GateKind::gdn;
+  bool qk_l2norm = true;
+  float scale = 0.0f;  // 0: d_k^-1/2
+  PoolDtype state_dtype = PoolDtype::fp32;
+  void* state_pool = nullptr;
+  int64_t pool_slots = 0;
+  const int32_t* slot_ids = nullptr;
+  const int32_t* cu_seqlens = nullptr;
+  const uint16_t* q = nullptr;
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+  uint16_t* o = nullptr;
+};
+
+// Launches the kernel on `stream`. Throws statecheck::Error on invalid shapes (H, HV, d_k, d_v
+// not positive, HV % H != 0, d_k > 256), null required pointers, or a launch failure.
+void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream = nullptr);
+
+// Byte model of one launch (STYLE.md habit 11): state read + written once per sequence, plus
+// every token's q, k, v, g, beta read and o written. Flops: 6 d_k d_v per head and token.
+double gated_delta_pool_bytes(const GatedDeltaPoolArgs& a, int64_t total_tokens);
+double gated_delta_pool_flops(const GatedDeltaPoolArgs& a, int64_t total_tokens);
+
+}  // namespace statecheck::cuda

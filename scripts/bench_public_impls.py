@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Times the public implementations next to statecheck's CUDA paths, on the same GPU in one run.
+
+  1. The int8 / fp8 checkpoint codec written with plain PyTorch tensor ops, the way the public
+     implementation does it (gather the N active slots of all layers, amax over d_v, scale rounded
+     to the state dtype, round/clamp, scatter into checkpoint slots; load = dequantize and scatter
+     back), for N in {1, 8, 64} slots of the Qwen3.5-35B-A3B TP-4 state (30 layers, 8 heads,
+     128 x 128, fp32 and bf16 active dtype).
+  2. With --fla PATH (a local flash-linear-attention checkout): its fused_recurrent GDN and KDA
+     kernels at decode batch {1, 32, 256} on the GDN (H 16, HV 32) and KDA (H = HV = 32) shapes.
+  3. With --statecheck-h5 FILE (the result of `statecheck bench --device cuda` run just before):
+     the matching statecheck rows side by side, with the speed-up over the PyTorch codec.
+
+Timing: CUDA events, L2 flushed (256 MB memset) before each repeat, medians; copy bandwidth of the
+same GPU measured in the same run (tensor copy, bytes read + written). Byte models are those of
+statecheck's kernels (kernels/codec/checkpoint_codec.h, kernels/gated_delta/gated_delta_pool.h).
+Runs where PyTorch with CUDA is installed; writes a JSON of all rows with --json FILE.
+
+    python3 scripts/bench_public_impls.py --fla /path/to/flash-linear-attention \
+        --statecheck-h5 results/gpu/bench.h5 --json results/gpu/public_impls.json
+"""
+import argparse
+import json
+import sys
+
+import torch
+
+L, HV, DV, DK, CONV = 30, 8, 128, 128, 2048 * 3
+
+
+def timer(fn, repeats, flush):
+    fn()  # warm-up (and Triton compilation)
+    torch.cuda.synchronize()
+    times = []
+    for r in range(repeats):
+        flush.fill_(r & 0xFF)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def quantize(state, qmax, fp8):
+    """The public codec's math: amax over d_v in fp32, scale rounded to the state dtype first."""
+    s32 = state.float()
+    amax = s32.abs().amax(dim=-2, keepdim=True).clamp(min=1e-8)
+    scale = (amax / qmax).to(state.dtype)
+    x = s32 / scale.float()
+    if fp8:
+        q = x.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    else:
+        q = torch.round(x).clamp(-qmax, qmax).to(torch.int8)
+    return q, scale
+
+
+def bench_codec(dev, repeats, flush, copy_gbps, rows):
+    slots = 65
+    for dtype in (torch.float32, torch.bfloat16):
+        name = "fp32" if dtype == torch.float32 else "bf16"
+        active = (torch.randn(L, slots, HV, DV, DK, device=dev) * 0.06).to(dtype)
+        aconv = torch.randn(L, slots, CONV, device=dev).to(torch.bfloat16)
+        for codec in ("int8", "fp8_e4m3"):
+            fp8 = codec == "fp8_e4m3"
+            qdata = torch.empty(L, slots, HV, DV, DK, device=dev, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+            scale = torch.empty(L, slots, HV, 1, DK, device=dev, dtype=dtype)
+            cconv = torch.empty(L, slots, CONV, device=dev, dtype=torch.bfloat16)
+            qmax = 448.0 if fp8 else 127.0
+            for n in (1, 8, 64):
+                g = torch.Generator().manual_seed(n)
+                src = (torch.randperm(slots - 1, generator=g)[:n] + 1).to(dev)
+                dst = (torch.randperm(slots - 1, generator=g)[:n] + 1).to(dev)
+                back = (torch.randperm(slots - 1, generator=g)[:n] + 1).to(dev)
+
+                def store():
+                    q, s = quantize(active[:, src], qmax, fp8)
+                    qdata[:, dst] = q
+                    scale[:, dst] = s
+                    cconv[:, dst] = aconv[:, src]
+
+                def load():
+                    active[:, back] = (qdata[:, dst].float() * scale[:, dst].float()).to(dtype)
+                    aconv[:, back] = cconv[:, dst]
+
+                nbytes = n * L * HV * DV * DK * (active.element_size() + 1) + n * L * HV * DK * scale.element_size() \
+                    + 4 * n * L * CONV + 8 * n
+                for op, fn in (("store", store), ("load", load)):
+                    ms = timer(fn, repeats, flush)
+                    gbps = nbytes / (ms * 1e-3) / 1e9
+                    rows.append({"impl": "torch_ops", "name": f"{op}_{codec}_{name}_active_N{n}", "ms": ms,
+                                 "gbps": gbps, "fraction_of_copy": gbps / copy_gbps})
+
+
+def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
+    sys.path.insert(0, path)
+    from fla.ops.gated_delta_rule.fused_recurrent import fused_recurrent_gated_delta_rule_fwd
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    K = V = 128
+    for shape, H, HVx, kda in (("gdn_H16_HV32", 16, 32, False), ("kda_H32_HV32", 32, 32, True)):
+        for B in (1, 32, 256):
+            q = (torch.randn(B, 1, H, K, device=dev) * 0.5).bfloat16()
+            k = (torch.randn(B, 1, H, K, device=dev) * 0.5).bfloat16()
+            v = (torch.randn(B, 1, HVx, V, device=dev) * 0.5).bfloat16()
+            beta = torch.rand(B, 1, HVx, device=dev)
+            g = -torch.rand(B, 1, HVx, K, device=dev) * 0.1 - 0.005 if kda else -torch.rand(B, 1, HVx, device=dev) * 0.1
+            pool = torch.randn(B + 1, HVx, K, V, device=dev) * 0.06
+            idx = torch.randperm(B, device=dev).to(torch.int32) + 1
+            if kda:
+                def run():
+                    fused_recurrent_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, initial_state=pool, inplace_final_state=True,
+                                            ssm_state_indices=idx, use_qk_l2norm_in_kernel=True,
+                                            cu_seqlens=None)
+            else:
+                h0 = pool[1:B + 1].contiguous()
+
+                def run():
+                    fused_recurrent_gated_delta_rule_fwd(q=q, k=k, v=v, g=g, beta=beta, initial_state=h0,
+                                                         output_final_state=True, use_qk_l2norm_in_kernel=True)
+            ms = timer(run, repeats, flush)
+            per_token = 2 * (2 * H * K + HVx * V) + 4 * (HVx * K if kda else HVx) + 4 * HVx + 2 * HVx * V
+            nbytes = 2.0 * B * HVx * K * V * 4 + per_token * B
+            gbps = nbytes / (ms * 1e-3) / 1e9
+            rows.append({"impl": "fla_fused_recurrent", "name": f"decode_{shape}_fp32_state_B{B}", "ms": ms, "gbps": gbps,
+                         "fraction_of_copy": gbps / copy_gbps})
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fla", help="path of a flash-linear-attention checkout (optional)")
+    p.add_argument("--statecheck-h5", help="statecheck bench result to print side by side (optional)")
+    p.add_argument("--json", help="write all rows here")
+    p.add_argument("--repeats", type=int, default=30)
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_public_impls.py: needs PyTorch with a CUDA GPU")
+    dev = "cuda"
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    copy_ms = timer(lambda: dst.copy_(src), args.repeats, flush)
+    copy_gbps = 2 * src.numel() / (copy_ms * 1e-3) / 1e9
+    rows = []
+    bench_codec(dev, args.repeats, flush, copy_gbps, rows)
+    if args.fla:
+        bench_fla(args.fla, dev, args.repeats, flush, copy_gbps, rows)
+    ours = {}
+    if args.statecheck_h5:
+        import h5py
+        with h5py.File(args.statecheck_h5, "r") as f:
+            for name in f["bench"]:
+                if isinstance(f["bench"][name], h5py.Group) and "gbps" in f["bench"][name]:
+                    ours[name] = (float(f["bench"][name]["gbps"][()]), float(f["bench"][name]["fraction_of_copy"][()]))
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}; copy bandwidth {copy_gbps:.1f} GB/s")
+    print(f"{'impl':<20} {'kernel':<40} {'time us':>9} {'GB/s':>8} {'of copy':>8} {'statecheck GB/s':>16} {'speed-up':>9}")
+    for r in rows:
+        mine = ours.get(r["name"])
+        extra = f"{mine[0]:>16.1f} {mine[0] / r['gbps']:>8.1f}x" if mine else ""
+        if mine:
+            r["statecheck_gbps"], r["speedup"] = mine[0], mine[0] / r["gbps"]
+        print(f"{r['impl']:<20} {r['name']:<40} {r['ms'] * 1e3:>9.1f} {r['gbps']:>8.1f} {100 * r['fraction_of_copy']:>7.1f}% {extra}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbps": copy_gbps,
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

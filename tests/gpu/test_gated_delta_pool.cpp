@@ -1,0 +1,191 @@
+// The pool-indexed gated-delta CUDA kernel against its CPU reference (gather -> fp32 reference ->
+// scatter), on awkward shapes, non-contiguous distinct slot ids, variable sequence lengths, NaN
+// prefilled outputs, guard regions, and untouched slots compared bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/drive/drive.h"
+#include "core/dtype/bf16.h"
+#include "core/util/rng.h"
+#include "kernels/gated_delta/gated_delta_pool.h"
+#include "kernels/gated_delta/gated_delta_pool_reference.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace statecheck;
+using namespace statecheck::cuda;
+using statecheck::cuda::testing::GpuTest;
+using statecheck::cuda::testing::Guarded;
+
+namespace {
+
+struct Case {
+  const char* name;
+  int H, HV, dk, dv;
+  GateKind gate;
+  PoolDtype dtype;
+  std::vector<int> lengths;  // tokens per sequence
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+// Builds a batch: pool of 12 slots with random states, distinct random slot ids, drive inputs.
+HostPoolBatch make_batch(const Case& c, uint64_t seed) {
+  HostPoolBatch b;
+  b.H = c.H, b.HV = c.HV, b.dk = c.dk, b.dv = c.dv, b.gate = c.gate, b.state_dtype = c.dtype;
+  const int slots = 12;
+  const size_t n = static_cast<size_t>(slots) * c.HV * c.dv * c.dk;
+  Rng rng(seed);
+  std::vector<float> pool(n);
+  for (auto& x : pool) x = static_cast<float>(0.06 * rng.normal());
+  if (c.dtype == PoolDtype::fp32) b.pool_fp32 = pool;
+  else {
+    b.pool_bf16.resize(n);
+    for (size_t e = 0; e < n; ++e) b.pool_bf16[e] = bf16_bits_from_float(pool[e]);
+  }
+  std::vector<int32_t> ids(slots);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int i = slots - 1; i > 0; --i) std::swap(ids[i], ids[rng.below(i + 1)]);
+  const int seqs = static_cast<int>(c.lengths.size());
+  b.slot_ids.assign(ids.begin(), ids.begin() + seqs);
+  b.cu_seqlens = {0};
+  for (int len : c.lengths) b.cu_seqlens.push_back(b.cu_seqlens.back() + len);
+  const int T = b.cu_seqlens.back();
+  RecurrenceShape s;
+  s.H = c.H, s.HV = c.HV, s.dk = c.dk, s.dv = c.dv, s.gate = c.gate;
+  const LayerInputs in = synthetic_inputs(c.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, seed, 0, T);
+  auto bits = [](const std::vector<float>& a) {
+    std::vector<uint16_t> out(a.size());
+    for (size_t i = 0; i < a.size(); ++i) out[i] = bf16_bits_from_float(a[i]);  // drive values are bf16-exact
+    return out;
+  };
+  b.q = bits(in.q), b.k = bits(in.k), b.v = bits(in.v);
+  b.g = in.g, b.beta = in.beta;
+  return b;
+}
+
+float as_float(const HostPoolBatch& b, size_t e) {
+  return b.state_dtype == PoolDtype::fp32 ? b.pool_fp32[e] : float_from_bf16_bits(b.pool_bf16[e]);
+}
+
+class GatedDeltaPool : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(GatedDeltaPool, MatchesCpuReference) {
+  const Case c = GetParam();
+  HostPoolBatch ref = make_batch(c, 1234);
+  const HostPoolBatch before = ref;
+  const int T = ref.cu_seqlens.back();
+
+  // Device copies; outputs prefilled with 0xFF bytes (bf16 NaN) so unwritten elements show.
+  Guarded<float> pool32(ref.pool_fp32);
+  Guarded<uint16_t> pool16(ref.pool_bf16);
+  Guarded<int32_t> ids(ref.slot_ids), cu(ref.cu_seqlens);
+  Guarded<uint16_t> q(ref.q), k(ref.k), v(ref.v);
+  Guarded<float> g(ref.g), beta(ref.beta);
+  Guarded<uint16_t> o(std::vector<uint16_t>(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF));
+
+  GatedDeltaPoolArgs a;
+  a.num_seqs = static_cast<int>(ref.slot_ids.size());
+  a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
+  a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data()) : static_cast<void*>(pool16.data());
+  a.pool_slots = 12;
+  a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
+  a.g = g.data(), a.beta = beta.data(), a.o = o.data();
+  gated_delta_pool(a);
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const std::vector<uint16_t> o_ref = gated_delta_pool_reference(ref);
+  HostPoolBatch got = before;
+  if (c.dtype == PoolDtype::fp32) got.pool_fp32 = pool32.download();
+  else got.pool_bf16 = pool16.download();
+  const std::vector<uint16_t> o_gpu = o.download();
+
+  EXPECT_TRUE(pool32.guard_intact()) << "write past the fp32 pool";
+  EXPECT_TRUE(pool16.guard_intact()) << "write past the bf16 pool";
+  EXPECT_TRUE(o.guard_intact()) << "write past the output";
+
+  // Tolerance, per (sequence, head). Both sides compute the same fp32 recurrence with different
+  // summation orders (warp tree vs sequential) and fused multiply-adds. Each is within the bound of
+  // tests/test_recurrence.cpp of the exact result, ||err_T||_F <= 2 (d_k + 8) u sum_t (||S_t||_F +
+  // beta_t ||v_t||), so they differ by at most twice that. The steps are non-expansive plus the
+  // rank-1 write, so ||S_t|| <= ||S_0|| + t max||v||, hence
+  //   ||S_gpu - S_cpu||_F <= 4 (d_k + 8) u T (||S_0|| + (T + 1) max_t ||v_t||)  =: B,
+  // which bounds every element. A bf16 pool adds at most one bf16 rounding on each side where the
+  // two fp32 values straddle a rounding boundary: |diff| <= B + 2^-7 |x|. Outputs o_t = S_t (scale
+  // q_hat) with ||q_hat|| = 1 differ by at most scale * B plus their two bf16 roundings.
+  const double u = std::ldexp(1.0, -24);
+  const size_t head = static_cast<size_t>(c.dv) * c.dk;
+  const double scale = 1.0 / std::sqrt(double(c.dk));
+  const double bf16_state = c.dtype == PoolDtype::bf16 ? std::ldexp(1.0, -7) : 0.0;
+  std::vector<int> seq_of_slot(12, -1);
+  for (size_t n = 0; n < ref.slot_ids.size(); ++n) seq_of_slot[ref.slot_ids[n]] = static_cast<int>(n);
+  for (int slot = 0; slot < 12; ++slot) {
+    for (int h = 0; h < c.HV; ++h) {
+      const size_t base = (static_cast<size_t>(slot) * c.HV + h) * head;
+      const int n = seq_of_slot[slot];
+      if (n < 0) {
+        for (size_t e = 0; e < head; ++e) {
+          const bool same = c.dtype == PoolDtype::fp32 ? std::memcmp(&got.pool_fp32[base + e], &before.pool_fp32[base + e], 4) == 0
+                                                       : got.pool_bf16[base + e] == before.pool_bf16[base + e];
+          ASSERT_TRUE(same) << "untouched slot " << slot << " changed at head " << h << " element " << e;
+        }
+        continue;
+      }
+      const int t0 = ref.cu_seqlens[n], len = ref.cu_seqlens[n + 1] - t0;
+      double s0 = 0, vmax = 0;
+      for (size_t e = 0; e < head; ++e) s0 += double(as_float(before, base + e)) * as_float(before, base + e);
+      for (int t = t0; t < t0 + len; ++t) {
+        double vn = 0;
+        for (int i = 0; i < c.dv; ++i) {
+          const double x = float_from_bf16_bits(ref.v[(static_cast<size_t>(t) * c.HV + h) * c.dv + i]);
+          vn += x * x;
+        }
+        vmax = std::max(vmax, std::sqrt(vn));
+      }
+      const double B = 4.0 * (c.dk + 8) * u * len * (std::sqrt(s0) + (len + 1) * vmax);
+      for (size_t e = 0; e < head; ++e) {
+        const double r = as_float(ref, base + e), x = as_float(got, base + e);
+        ASSERT_TRUE(std::isfinite(x)) << "slot " << slot << " head " << h << " element " << e;
+        ASSERT_LE(std::fabs(x - r), B + bf16_state * std::fabs(r)) << "slot " << slot << " head " << h << " element " << e
+                                                                   << " gpu " << x << " cpu " << r << " bound " << B;
+      }
+      for (int t = t0; t < t0 + len; ++t)
+        for (int i = 0; i < c.dv; ++i) {
+          const size_t e = (static_cast<size_t>(t) * c.HV + h) * c.dv + i;
+          const double r = float_from_bf16_bits(o_ref[e]), x = float_from_bf16_bits(o_gpu[e]);
+          ASSERT_TRUE(std::isfinite(x)) << "output [" << t << ", " << h << ", " << i << "] not written";
+          ASSERT_LE(std::fabs(x - r), scale * B + std::ldexp(std::fabs(r), -7)) << "output [" << t << ", " << h << ", " << i << "]";
+        }
+    }
+  }
+}
+
+const std::vector<int> kDecode8 = {1, 1, 1, 1, 1, 1, 1, 1};
+const std::vector<int> kVarlen = {63, 1, 17, 40};
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GatedDeltaPool,
+    ::testing::Values(
+        Case{"gdn_fp32_d60_HV3H_decode", 2, 6, 60, 60, GateKind::gdn, PoolDtype::fp32, kDecode8},
+        Case{"gdn_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, PoolDtype::fp32, kVarlen},
+        Case{"kda_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::kda, PoolDtype::fp32, kVarlen},
+        Case{"gdn_bf16_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, PoolDtype::bf16, kVarlen},
+        Case{"kda_bf16_d128_decode", 4, 4, 128, 128, GateKind::kda, PoolDtype::bf16, kDecode8},
+        Case{"gdn_fp32_d128_H4_HV8_varlen", 4, 8, 128, 128, GateKind::gdn, PoolDtype::fp32, kVarlen},
+        Case{"kda_fp32_d128_varlen", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32, kVarlen},
+        Case{"gdn_fp32_dk30_dv50_scalar_path", 1, 3, 30, 50, GateKind::gdn, PoolDtype::fp32, kVarlen},
+        Case{"kda_fp32_dk64_dv64_decode", 2, 4, 64, 64, GateKind::kda, PoolDtype::fp32, kDecode8},
+        Case{"gdn_fp32_dk256_dv40", 1, 2, 256, 40, GateKind::gdn, PoolDtype::fp32, kVarlen}),
+    case_name);
+
+TEST_F(GpuTest, GatedDeltaPoolRejectsBadShapes) {
+  GatedDeltaPoolArgs a;
+  a.num_seqs = 1, a.H = 3, a.HV = 4, a.dk = 8, a.dv = 8;
+  EXPECT_THROW(gated_delta_pool(a), Error);  // HV % H != 0
+  a.H = 2, a.dk = 512;
+  EXPECT_THROW(gated_delta_pool(a), Error);  // d_k > 256
+  a.dk = 8;
+  EXPECT_THROW(gated_delta_pool(a), Error);  // null pointers
+}
+
+}  // namespace
