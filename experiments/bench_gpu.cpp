@@ -170,10 +170,13 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
   const std::vector<int> batches = o.quick ? std::vector<int>{1, 32} : std::vector<int>{1, 32, 256};
   for (const DecodeShape& sh : {DecodeShape{"gdn_H16_HV32", 16, 32, GateKind::gdn}, DecodeShape{"kda_H32_HV32", 32, 32, GateKind::kda}}) {
     for (PoolDtype dt : {PoolDtype::fp32, PoolDtype::bf16}) {
-      for (int B : batches) {
+      for (const int batch : batches) {
         for (bool prefill : {false, true}) {
-          if (prefill && (dt != PoolDtype::fp32 || B != batches.back())) continue;
-          const int T = prefill ? (o.quick ? 128 : 1024) : 1;
+          // Recurrent prefill: fp32 state, 64 sequences of 256 tokens (2 per SM row-block wave),
+          // timed once per shape; decode: one token per sequence at every batch.
+          if (prefill && (dt != PoolDtype::fp32 || batch != batches.back())) continue;
+          const int T = prefill ? (o.quick ? 64 : 256) : 1;
+          const int B = prefill ? (o.quick ? 16 : 64) : batch;
           // Host batch (inputs and pool) for validation and upload.
           HostPoolBatch hb;
           hb.H = sh.H, hb.HV = sh.HV, hb.dk = dk, hb.dv = dv, hb.gate = sh.gate, hb.state_dtype = dt;

@@ -21,6 +21,7 @@
 #include "core/util/parallel.h"
 #include "core/util/progress.h"
 #include "core/util/rng.h"
+#include "experiments/codec_cuda.h"
 #include "experiments/experiment.h"
 #include "experiments/states_source.h"
 
@@ -44,6 +45,9 @@ std::vector<Codec> codec_experiment_codecs(ScaleDtype scale) {
 
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   if (o.device != "cpu" && o.device != "cuda") fail("--device must be cpu or cuda, got '{}'", o.device);
+#ifndef STATECHECK_HAVE_CUDA
+  if (o.device == "cuda") fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+#endif
   const StatesSource source = StatesSource::from_options(o, m);
   const RecurrenceShape shape = RecurrenceShape::of_model(m);
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk;
@@ -169,6 +173,13 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     summary.set(name + ".state_relerr_head_min", *std::min_element(relerr_lh.begin(), relerr_lh.end()));
     summary.set(name + ".state_relerr_head_median", median_of(relerr_lh));
     summary.set(name + ".state_relerr_head_max", *std::max_element(relerr_lh.begin(), relerr_lh.end()));
+  }
+  if (o.device == "cuda") {
+#ifdef STATECHECK_HAVE_CUDA
+    run_codec_cuda(m, source, Tp, Td, codecs, file, summary);
+#else
+    fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+#endif
   }
   const double fp8 = summary.get("fp8_e4m3.state_relerr");
   summary.set("int8.state_relerr_over_fp8_e4m3", fp8 > 0 ? summary.get("int8.state_relerr") / fp8 : NAN);

@@ -6,12 +6,14 @@
 //
 // Exit status: 0 success; 1 a threshold failed (suite); 2 bad input or a failed run, with a
 // one-line reason on stderr.
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
 
@@ -30,6 +32,8 @@ std::string usage_header() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered output: progress and partial results reach a log even if the run is killed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Options o;
   std::string cmdline;
   for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
@@ -42,7 +46,7 @@ int main(int argc, char** argv) {
       ("tp", po::value(&o.tp)->default_value(0), "tensor-parallel degree (0: the model's default_tp)")
       ("seed", po::value(&o.seed)->default_value(0), "seed of every random draw (logged in results)")
       ("device", po::value(&o.device)->default_value("cpu"), "cpu | cuda (CUDA paths next to the CPU reference)")
-      ("drive", po::value(&o.drive), "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family)")
+      ("drive", po::value(&o.drive), "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm implies --model data/tinylm/config.json)")
       ("states", po::value(&o.states), "states file for --drive states (safetensors or HDF5)")
       ("quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)")
       ("out", po::value(&o.out), "result file (.h5); suite: result directory (default results)")
@@ -68,7 +72,17 @@ int main(int argc, char** argv) {
       ("mem-fraction", po::value(&o.mem_fraction)->default_value(o.mem_fraction), "mem_fraction_static")
       ("weights-gib", po::value(&o.weights_gib)->default_value(-1.0), "weights per GPU, GiB (<0: from params)")
       ("trace", po::value(&o.trace), "replay: Mooncake-format trace (default: the shipped one)")
-      ("no-payload", po::bool_switch(&o.no_payload), "cache experiments: bookkeeping only, no state payloads");
+      ("no-payload", po::bool_switch(&o.no_payload), "cache experiments: bookkeeping only, no state payloads")
+      ("chunk-granularity", po::value(&o.chunk_granularity)->default_value(o.chunk_granularity),
+       "state chunk granularity Cg, tokens (SGLang mamba_cache_chunk_size)")
+      ("chunked-prefill", po::value(&o.chunked_prefill)->default_value(o.chunked_prefill),
+       "token budget of one prefill batch (SGLang chunked_prefill_size)")
+      ("track-interval", po::value(&o.track_interval)->default_value(o.track_interval),
+       "extra_buffer decode track interval, tokens (SGLang mamba_track_interval)")
+      ("max-running", po::value(&o.max_running)->default_value(0),
+       "running-request cap (0: active slots / (3 + tracking slots), as SGLang)")
+      ("trace-bad-lines", po::value(&o.trace_bad_lines)->default_value(o.trace_bad_lines),
+       "replay: reject | skip malformed trace lines (each is reported with its line number)");
   po::options_description all;
   all.add(common).add(numeric).add(cache);
   all.add_options()("experiment", po::value(&o.experiment));
@@ -85,6 +99,9 @@ int main(int argc, char** argv) {
     }
     if (o.device != "cpu" && o.device != "cuda") statecheck::fail("--device must be cpu or cuda, got '{}'", o.device);
     if (o.tp < 0) statecheck::fail("--tp must be positive, got {}", o.tp);
+    // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
+    // tiny model's config (data/tinylm/config.json), which is also a statecheck model config.
+    if (o.drive == "tinylm" && vm["model"].defaulted()) o.model = statecheck::default_tinylm_config_path();
     if (o.threads < 0) statecheck::fail("--threads must be >= 0, got {}", o.threads);
     return statecheck::run_experiment(o);
   } catch (const po::error& e) {

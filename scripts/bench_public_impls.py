@@ -111,14 +111,15 @@ def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
             idx = torch.randperm(B, device=dev).to(torch.int32) + 1
             if kda:
                 def run():
-                    fused_recurrent_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, initial_state=pool, inplace_final_state=True,
+                    fused_recurrent_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=K ** -0.5, initial_state=pool,
+                                            inplace_final_state=True,
                                             ssm_state_indices=idx, use_qk_l2norm_in_kernel=True,
                                             cu_seqlens=None)
             else:
                 h0 = pool[1:B + 1].contiguous()
 
                 def run():
-                    fused_recurrent_gated_delta_rule_fwd(q=q, k=k, v=v, g=g, beta=beta, initial_state=h0,
+                    fused_recurrent_gated_delta_rule_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=K ** -0.5, initial_state=h0,
                                                          output_final_state=True, use_qk_l2norm_in_kernel=True)
             ms = timer(run, repeats, flush)
             per_token = 2 * (2 * H * K + HVx * V) + 4 * (HVx * K if kda else HVx) + 4 * HVx + 2 * HVx * V
