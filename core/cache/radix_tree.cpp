@@ -1,0 +1,523 @@
+#include "core/cache/radix_tree.h"
+
+#include <algorithm>
+
+#include "core/util/error.h"
+
+namespace statecheck {
+
+namespace {
+
+inline uint64_t child_key(int32_t parent, int32_t token) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) |
+         static_cast<uint32_t>(token);
+}
+
+// Length of the common prefix of a[0, na) and b[0, nb).
+inline int64_t common_prefix(const int32_t* a, int64_t na, const int32_t* b, int64_t nb) {
+  const int64_t n = std::min(na, nb);
+  int64_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+RadixTree::RadixTree(KvPool& kv, SlotAllocator& states, int chunk_granularity)
+    : kv_(kv), states_(states), cg_(chunk_granularity) {
+  if (chunk_granularity <= 0)
+    fail("radix tree: chunk granularity must be > 0, got {}", chunk_granularity);
+  nodes_.emplace_back();
+  RadixNode& root = nodes_[kRoot];
+  root.live = true;
+  root.full_lock = 1;  // the root is always locked and in no list
+  root.state_lock = 1;
+  live_nodes_ = 1;
+}
+
+// ---- node storage -------------------------------------------------------------------------------
+
+int32_t RadixTree::new_node() {
+  int32_t id;
+  if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+    nodes_[id] = RadixNode();
+  } else {
+    id = static_cast<int32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  nodes_[id].live = true;
+  ++live_nodes_;
+  return id;
+}
+
+void RadixTree::delete_node(int32_t id) {
+  RadixNode& n = nodes_[id];
+  erase_child(n.parent, n.key[0]);
+  --nodes_[n.parent].num_children;
+  n.live = false;
+  n.key.clear();
+  n.key.shrink_to_fit();
+  free_ids_.push_back(id);
+  --live_nodes_;
+}
+
+int32_t RadixTree::find_child(int32_t parent, int32_t token) const {
+  auto it = children_.find(child_key(parent, token));
+  return it == children_.end() ? -1 : it->second;
+}
+
+void RadixTree::set_child(int32_t parent, int32_t token, int32_t child) {
+  children_[child_key(parent, token)] = child;
+}
+
+void RadixTree::erase_child(int32_t parent, int32_t token) {
+  children_.erase(child_key(parent, token));
+}
+
+// ---- LRU lists ----------------------------------------------------------------------------------
+
+void RadixTree::list_push_front(List& l, int32_t id) {
+  LruLinks& x = nodes_[id].*l.links;
+  x.prev = -1;
+  x.next = l.head;
+  x.in = true;
+  if (l.head >= 0) (nodes_[l.head].*l.links).prev = id;
+  l.head = id;
+  if (l.tail < 0) l.tail = id;
+  ++l.size;
+}
+
+void RadixTree::list_remove(List& l, int32_t id) {
+  LruLinks& x = nodes_[id].*l.links;
+  if (x.prev >= 0)
+    (nodes_[x.prev].*l.links).next = x.next;
+  else
+    l.head = x.next;
+  if (x.next >= 0)
+    (nodes_[x.next].*l.links).prev = x.prev;
+  else
+    l.tail = x.prev;
+  x = LruLinks();
+  --l.size;
+}
+
+void RadixTree::touch_full(int32_t id) {
+  if (nodes_[id].full.in) list_remove(full_, id);
+  nodes_[id].full_tick = ++tick_;
+  list_push_front(full_, id);
+}
+
+void RadixTree::touch_state(int32_t id) {
+  if (nodes_[id].stat.in) list_remove(state_, id);
+  nodes_[id].state_tick = ++tick_;
+  list_push_front(state_, id);
+}
+
+// SGLang LRUList.get_prev_leaf_no_lock: from `from` (exclusive; -1 = from the tail) towards the
+// head, the first node that is unlocked and has no children.
+int32_t RadixTree::full_lru_leaf_unlocked(int32_t from) const {
+  int32_t x = from < 0 ? full_.tail : nodes_[from].full.prev;
+  while (x >= 0 && (nodes_[x].full_lock > 0 || nodes_[x].num_children > 0)) x = nodes_[x].full.prev;
+  return x;
+}
+
+// SGLang LRUList.get_prev_no_lock on the state list.
+int32_t RadixTree::state_lru_unlocked(int32_t from) const {
+  int32_t x = from < 0 ? state_.tail : nodes_[from].stat.prev;
+  while (x >= 0 && nodes_[x].state_lock > 0) x = nodes_[x].stat.prev;
+  return x;
+}
+
+// ---- split / match / insert ---------------------------------------------------------------------
+
+// SGLang _split_node: the new parent takes key[0, p), no state, the child's full lock and state
+// lock 0; the child keeps key[p, ..) and its state. Full list: the new node, then the child, move
+// to the most recent end (the child more recent). The state list is not touched (the set of states
+// does not change).
+int32_t RadixTree::split(int32_t child, int64_t p) {
+  const int32_t nid = new_node();  // may reallocate nodes_: take references afterwards
+  RadixNode& c = nodes_[child];
+  RadixNode& n = nodes_[nid];
+  n.parent = c.parent;
+  n.key.assign(c.key.begin(), c.key.begin() + p);
+  n.state = kNoSlot;
+  n.full_lock = c.full_lock;
+  n.state_lock = 0;
+  n.num_children = 1;
+  c.key.erase(c.key.begin(), c.key.begin() + p);
+  c.parent = nid;
+  set_child(n.parent, n.key[0], nid);
+  set_child(nid, c.key[0], child);
+  list_remove(full_, child);
+  touch_full(nid);
+  touch_full(child);
+  ++counters_.splits;
+  ++counters_.tombstones_created;
+  return nid;
+}
+
+RadixMatch RadixTree::match(const int32_t* tokens, int64_t n, bool every_node_has_state) {
+  ++counters_.matches;
+  RadixMatch r;
+  if (n <= 0) return r;
+  int32_t node = kRoot;
+  int64_t pos = 0;
+  int64_t best_len = 0;
+  int32_t best = kRoot;
+  while (pos < n) {
+    const int32_t child = find_child(node, tokens[pos]);
+    if (child < 0) break;
+    if (every_node_has_state || nodes_[node].state != kNoSlot) {
+      best_len = pos;
+      best = node;
+    }
+    const RadixNode& c = nodes_[child];
+    const int64_t klen = static_cast<int64_t>(c.key.size());
+    const int64_t p = common_prefix(c.key.data(), klen, tokens + pos, n - pos);
+    if (p < klen) {
+      node = split(child, p);
+      pos += p;
+      break;
+    }
+    pos += p;
+    node = child;
+  }
+  if (every_node_has_state || nodes_[node].state != kNoSlot) {
+    best_len = pos;
+    best = node;
+  }
+  // LRU refresh: the hit node and its ancestors, the hit node most recent (SGLang
+  // reset_node_and_parents_mru); the hit node alone in the state list.
+  if (best != kRoot) {
+    int32_t d = 0;
+    for (int32_t x = best; x != kRoot; x = nodes_[x].parent) ++d;
+    tick_ += static_cast<uint64_t>(d);
+    uint64_t t = tick_;
+    // Walk up, pushing each ancestor behind the previous one: rebuild by removing the path and
+    // pushing it root-side first so that the hit ends up at the head.
+    std::vector<int32_t> path;
+    path.reserve(static_cast<size_t>(d));
+    for (int32_t x = best; x != kRoot; x = nodes_[x].parent) path.push_back(x);
+    for (auto it = path.rbegin(); it != path.rend(); ++it) {
+      list_remove(full_, *it);
+      list_push_front(full_, *it);
+    }
+    for (int32_t x : path) nodes_[x].full_tick = t--;
+    if (nodes_[best].state != kNoSlot) touch_state(best);
+  }
+  r.hit_len = best_len;
+  r.hit_node = best;
+  r.matched_len = pos;
+  if (pos > best_len) {
+    const int64_t aligned = pos / cg_ * cg_;
+    r.branching_len = aligned > 0 ? aligned : -1;
+  }
+  return r;
+}
+
+RadixInsert RadixTree::insert(const int32_t* tokens, int64_t n, int32_t state,
+                              int64_t prev_prefix_len) {
+  if (n <= 0) fail("radix insert: empty key (the caller must not insert an empty node)");
+  if (prev_prefix_len > n)
+    fail("radix insert: locked prefix {} longer than the key {}", prev_prefix_len, n);
+  if (state < 1 || state > states_.size())
+    fail("radix insert: state slot {} not in the {}", state, states_.name());
+  RadixInsert r;
+  int32_t node = kRoot;
+  int64_t pos = 0;
+  while (pos < n) {
+    const int32_t child = find_child(node, tokens[pos]);
+    if (child < 0) break;
+    node = child;
+    touch_full(node);
+    if (nodes_[node].state != kNoSlot) touch_state(node);
+    const int64_t klen = static_cast<int64_t>(nodes_[node].key.size());
+    const int64_t p = common_prefix(nodes_[node].key.data(), klen, tokens + pos, n - pos);
+    if (prev_prefix_len < pos + p) r.kv_freed += (pos + p) - std::max(prev_prefix_len, pos);
+    pos += p;
+    if (p < klen) node = split(node, p);
+  }
+  if (r.kv_freed > 0) kv_.free(r.kv_freed);
+  r.prefix_len = pos;
+  if (pos < n) {
+    const int32_t leaf = new_node();
+    RadixNode& l = nodes_[leaf];
+    l.parent = node;
+    l.key.assign(tokens + pos, tokens + n);
+    l.state = state;
+    set_child(node, l.key[0], leaf);
+    ++nodes_[node].num_children;
+    touch_full(leaf);
+    touch_state(leaf);
+    full_evictable_ += n - pos;
+    ++state_evictable_;
+    r.node = leaf;
+  } else if (nodes_[node].state == kNoSlot) {
+    nodes_[node].state = state;
+    touch_full(node);
+    touch_state(node);
+    ++state_evictable_;
+    r.node = node;
+  } else {
+    r.state_exists = true;
+    touch_full(node);
+    touch_state(node);
+    r.node = node;
+  }
+  return r;
+}
+
+// ---- locks --------------------------------------------------------------------------------------
+
+void RadixTree::lock(int32_t node) {
+  RadixNode& n0 = nodes_.at(static_cast<size_t>(node));
+  if (!n0.live) fail("radix lock: node {} is not in the tree", node);
+  if (node == kRoot) return;
+  if (n0.state != kNoSlot) {
+    if (n0.state_lock == 0) {
+      --state_evictable_;
+      ++state_protected_;
+    }
+    ++n0.state_lock;
+  }
+  for (int32_t x = node; x != kRoot; x = nodes_[x].parent) {
+    RadixNode& n = nodes_[x];
+    if (n.full_lock == 0) {
+      full_evictable_ -= static_cast<int64_t>(n.key.size());
+      full_protected_ += static_cast<int64_t>(n.key.size());
+    }
+    ++n.full_lock;
+  }
+}
+
+void RadixTree::unlock(int32_t node) {
+  RadixNode& n0 = nodes_.at(static_cast<size_t>(node));
+  if (!n0.live) fail("radix unlock: node {} is not in the tree", node);
+  if (node == kRoot) return;
+  if (n0.state != kNoSlot) {
+    if (n0.state_lock <= 0)
+      fail("radix unlock: node {} holds state slot {} with state lock 0", node, n0.state);
+    if (n0.state_lock == 1) {
+      ++state_evictable_;
+      --state_protected_;
+    }
+    --n0.state_lock;
+  }
+  for (int32_t x = node; x != kRoot; x = nodes_[x].parent) {
+    RadixNode& n = nodes_[x];
+    if (n.full_lock <= 0) fail("radix unlock: node {} has full lock 0", x);
+    if (n.full_lock == 1) {
+      full_evictable_ += static_cast<int64_t>(n.key.size());
+      full_protected_ -= static_cast<int64_t>(n.key.size());
+    }
+    --n.full_lock;
+  }
+}
+
+// ---- eviction -----------------------------------------------------------------------------------
+
+// SGLang _evict_leaf_node + _iteratively_delete_tombstone_leaf.
+int64_t RadixTree::evict_leaf(int32_t x, int32_t* survivor, int64_t* nodes_deleted) {
+  RadixNode& n = nodes_[x];
+  if (n.full_lock != 0 || n.state_lock != 0)
+    fail("radix evict: leaf {} is locked (full {}, state {})", x, n.full_lock, n.state_lock);
+  if (n.state == kNoSlot) fail("radix evict: leaf {} is a tombstone (a leaf must hold a state)", x);
+  const int64_t len = static_cast<int64_t>(n.key.size());
+  kv_.free(len);
+  states_.free(n.state);
+  list_remove(full_, x);
+  list_remove(state_, x);
+  full_evictable_ -= len;
+  --state_evictable_;
+  int32_t parent = n.parent;
+  delete_node(x);
+  int64_t freed = len;
+  int64_t deleted = 1;
+  while (parent != kRoot && nodes_[parent].state == kNoSlot && nodes_[parent].num_children == 0 &&
+         nodes_[parent].full_lock == 0) {
+    RadixNode& p = nodes_[parent];
+    if (p.state_lock != 0)
+      fail("radix evict: tombstone {} has state lock {}", parent, p.state_lock);
+    const int64_t plen = static_cast<int64_t>(p.key.size());
+    kv_.free(plen);
+    list_remove(full_, parent);
+    full_evictable_ -= plen;
+    freed += plen;
+    ++deleted;
+    const int32_t up = p.parent;
+    delete_node(parent);
+    parent = up;
+  }
+  *survivor = parent;
+  *nodes_deleted = deleted;
+  return freed;
+}
+
+int64_t RadixTree::evict_full(int64_t tokens) {
+  int64_t evicted = 0;
+  int32_t x = full_lru_leaf_unlocked(-1);
+  while (evicted < tokens && x >= 0) {
+    const int32_t next = full_lru_leaf_unlocked(x);
+    int32_t survivor = kRoot;
+    int64_t deleted = 0;
+    evicted += evict_leaf(x, &survivor, &deleted);
+    counters_.full_evicted_nodes += deleted;
+    // The surviving ancestor may have become a leaf that is older than `next`: restart from the
+    // tail (SGLang evict_full).
+    x = nodes_[survivor].num_children == 0 ? full_lru_leaf_unlocked(-1) : next;
+  }
+  counters_.full_evicted_tokens += evicted;
+  return evicted;
+}
+
+int32_t RadixTree::evict_state(int32_t count) {
+  int32_t evicted = 0;
+  int32_t x = state_lru_unlocked(-1);
+  while (evicted < count && x >= 0) {
+    const int32_t next = state_lru_unlocked(x);
+    RadixNode& n = nodes_[x];
+    if (n.num_children > 0) {
+      states_.free(n.state);
+      list_remove(state_, x);
+      n.state = kNoSlot;
+      --state_evictable_;
+      ++counters_.tombstones_created;
+    } else {
+      int32_t survivor = kRoot;
+      int64_t deleted = 0;
+      evict_leaf(x, &survivor, &deleted);
+      counters_.state_evicted_nodes += deleted;
+    }
+    ++evicted;
+    x = next;
+  }
+  counters_.state_evictions += evicted;
+  return evicted;
+}
+
+void RadixTree::reset() {
+  for (size_t id = 1; id < nodes_.size(); ++id) {
+    const RadixNode& n = nodes_[id];
+    if (!n.live) continue;
+    if (n.full_lock != 0 || n.state_lock != 0) fail("radix flush: node {} is locked", id);
+  }
+  for (size_t id = 1; id < nodes_.size(); ++id) {
+    const RadixNode& n = nodes_[id];
+    if (!n.live) continue;
+    kv_.free(static_cast<int64_t>(n.key.size()));
+    if (n.state != kNoSlot) states_.free(n.state);
+  }
+  nodes_.resize(1);
+  nodes_[kRoot].num_children = 0;
+  free_ids_.clear();
+  children_.clear();
+  full_ = List{&RadixNode::full};
+  state_ = List{&RadixNode::stat};
+  live_nodes_ = 1;
+  full_evictable_ = full_protected_ = 0;
+  state_evictable_ = state_protected_ = 0;
+}
+
+// ---- inspection ---------------------------------------------------------------------------------
+
+void RadixTree::collect_state_slots(std::vector<std::pair<int32_t, int32_t>>& slot_node) const {
+  for (size_t id = 1; id < nodes_.size(); ++id)
+    if (nodes_[id].live && nodes_[id].state != kNoSlot)
+      slot_node.emplace_back(nodes_[id].state, static_cast<int32_t>(id));
+}
+
+int64_t RadixTree::depth(int32_t node) const {
+  int64_t d = 0;
+  for (int32_t x = node; x != kRoot; x = nodes_[x].parent)
+    d += static_cast<int64_t>(nodes_[x].key.size());
+  return d;
+}
+
+void RadixTree::check(bool idle) const {
+  const RadixNode& root = nodes_[kRoot];
+  if (root.state != kNoSlot || root.full.in || root.stat.in || !root.key.empty())
+    fail("radix invariant: the root holds a state, a key or is in an LRU list");
+  if (root.full_lock != 1 || root.state_lock != 1) fail("radix invariant: the root is not locked");
+  std::vector<int64_t> child_lock_sum(nodes_.size(), 0);
+  std::vector<int32_t> child_count(nodes_.size(), 0);
+  int64_t fe = 0, fp = 0;
+  int32_t se = 0, sp = 0, live = 1, with_state = 0;
+  for (size_t id = 1; id < nodes_.size(); ++id) {
+    const RadixNode& n = nodes_[id];
+    if (!n.live) continue;
+    ++live;
+    if (n.key.empty()) fail("radix invariant: node {} has an empty key", id);
+    if (n.parent < 0 || !nodes_[n.parent].live)
+      fail("radix invariant: node {} has no live parent", id);
+    if (find_child(n.parent, n.key[0]) != static_cast<int32_t>(id))
+      fail("radix invariant: node {} is not its parent's child for token {}", id, n.key[0]);
+    if (n.state_lock < 0 || n.full_lock < n.state_lock)
+      fail("radix invariant: node {} has full lock {} < state lock {}", id, n.full_lock,
+           n.state_lock);
+    if (n.state_lock > 0 && n.state == kNoSlot)
+      fail("radix invariant: tombstone {} has a state lock", id);
+    if (!n.full.in) fail("radix invariant: node {} is not in the full LRU list", id);
+    if (n.stat.in != (n.state != kNoSlot))
+      fail("radix invariant: node {} state-list membership {} but state slot {}", id, n.stat.in,
+           n.state);
+    child_lock_sum[n.parent] += n.full_lock;
+    ++child_count[n.parent];
+    const int64_t len = static_cast<int64_t>(n.key.size());
+    (n.full_lock == 0 ? fe : fp) += len;
+    if (n.state != kNoSlot) {
+      ++with_state;
+      (n.state_lock == 0 ? se : sp) += 1;
+    }
+    if (idle && (n.full_lock != 0 || n.state_lock != 0))
+      fail("radix invariant: node {} is locked (full {}, state {}) while idle", id, n.full_lock,
+           n.state_lock);
+  }
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    const RadixNode& n = nodes_[id];
+    if (!n.live) continue;
+    if (child_count[id] != n.num_children)
+      fail("radix invariant: node {} counts {} children, has {}", id, n.num_children,
+           child_count[id]);
+    if (id != kRoot && n.num_children == 0 && n.state == kNoSlot)
+      fail("radix invariant: leaf {} is a tombstone", id);
+    if (id != kRoot && n.full_lock < child_lock_sum[id])
+      fail("radix invariant: node {} full lock {} < its children's {}", id, n.full_lock,
+           child_lock_sum[id]);
+  }
+  if (live != live_nodes_)
+    fail("radix invariant: {} live nodes counted, {} recorded", live, live_nodes_);
+  if (fe != full_evictable_ || fp != full_protected_)
+    fail("radix invariant: full evictable/protected {}/{} recorded, {}/{} summed over the nodes",
+         full_evictable_, full_protected_, fe, fp);
+  if (se != state_evictable_ || sp != state_protected_)
+    fail("radix invariant: state evictable/protected {}/{} recorded, {}/{} summed over the nodes",
+         state_evictable_, state_protected_, se, sp);
+  // Lists in access order, sizes and membership.
+  auto walk = [&](const List& l, bool state_list, int64_t expect) {
+    int64_t count = 0;
+    uint64_t last = ~uint64_t{0};
+    int32_t prev = -1;
+    for (int32_t x = l.head; x >= 0; x = (nodes_[x].*l.links).next) {
+      const RadixNode& n = nodes_[x];
+      if (!n.live)
+        fail("radix invariant: dead node {} in the {} list", x, state_list ? "state" : "full");
+      if ((n.*l.links).prev != prev) fail("radix invariant: broken back link at node {}", x);
+      const uint64_t t = state_list ? n.state_tick : n.full_tick;
+      if (t >= last)
+        fail("radix invariant: {} LRU list out of access order at node {} (tick {} after {})",
+             state_list ? "state" : "full", x, t, last);
+      last = t;
+      prev = x;
+      if (++count > expect) break;
+    }
+    if (count != expect || l.size != expect || l.tail != prev)
+      fail("radix invariant: {} LRU list holds {} nodes, expected {}",
+           state_list ? "state" : "full", count, expect);
+  };
+  walk(full_, false, live - 1);
+  walk(state_, true, with_state);
+}
+
+}  // namespace statecheck

@@ -1,0 +1,164 @@
+#include "core/trace/mooncake_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/util/error.h"
+
+namespace statecheck {
+
+BadLines parse_bad_lines(const std::string& s) {
+  if (s == "reject") return BadLines::reject;
+  if (s == "skip") return BadLines::skip;
+  fail("--trace-bad-lines: expected reject or skip, got '{}'", s);
+}
+
+namespace {
+
+// Parses one line; returns an empty string on success, else the reason.
+std::string parse_line(const std::string& text, TraceRequest& r) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return fmt::format("bad JSON ({})", e.what());
+  }
+  if (!j.is_object()) return "not a JSON object";
+  for (const char* f : {"timestamp", "input_length", "output_length", "hash_ids"})
+    if (!j.contains(f)) return fmt::format("missing field '{}'", f);
+  const auto& ts = j["timestamp"];
+  if (!ts.is_number()) return "field 'timestamp' is not a number";
+  r.timestamp_ms = ts.get<double>();
+  if (!std::isfinite(r.timestamp_ms) || r.timestamp_ms < 0)
+    return fmt::format("negative or non-finite timestamp {}", ts.dump());
+  for (const char* f : {"input_length", "output_length"}) {
+    const auto& v = j[f];
+    if (!v.is_number_integer()) return fmt::format("field '{}' is not an integer", f);
+    const int64_t x = v.get<int64_t>();
+    if (x < 0) return fmt::format("negative {} {}", f, x);
+    if (x > (int64_t{1} << 30)) return fmt::format("{} {} is too large", f, x);
+  }
+  r.input_length = static_cast<int32_t>(j["input_length"].get<int64_t>());
+  r.output_length = static_cast<int32_t>(j["output_length"].get<int64_t>());
+  if (r.input_length < 1) return "input_length 0 (a prompt needs at least one token)";
+  const auto& h = j["hash_ids"];
+  if (!h.is_array()) return "field 'hash_ids' is not a list";
+  r.hash_ids.clear();
+  r.hash_ids.reserve(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    if (!h[i].is_number_integer()) return fmt::format("hash_ids[{}] is not an integer", i);
+    const int64_t x = h[i].get<int64_t>();
+    if (x < 0 || x > kTraceMaxHashId)
+      return fmt::format("hash_ids[{}] = {} outside 0..{}", i, x, kTraceMaxHashId);
+    r.hash_ids.push_back(x);
+  }
+  const int64_t blocks =
+      (static_cast<int64_t>(r.input_length) + kTraceBlockTokens - 1) / kTraceBlockTokens;
+  if (static_cast<int64_t>(r.hash_ids.size()) != blocks)
+    return fmt::format("{} hash_ids for input_length {} (expected ceil({} / {}) = {})",
+                       r.hash_ids.size(), r.input_length, r.input_length, kTraceBlockTokens,
+                       blocks);
+  return "";
+}
+
+}  // namespace
+
+Trace parse_mooncake_trace(std::istream& in, const std::string& origin, BadLines policy) {
+  Trace t;
+  t.origin = origin;
+  std::string text;
+  int64_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.find_first_not_of(" \t") == std::string::npos) continue;
+    TraceRequest r;
+    r.line = line;
+    const std::string reason = parse_line(text, r);
+    if (!reason.empty()) {
+      if (policy == BadLines::reject)
+        fail("{}:{}: {} (use --trace-bad-lines skip to skip malformed lines)", origin, line,
+             reason);
+      t.skipped.push_back({line, reason});
+      continue;
+    }
+    t.requests.push_back(std::move(r));
+  }
+  if (in.bad()) fail("{}: read error after line {}", origin, line);
+  if (!std::is_sorted(t.requests.begin(), t.requests.end(),
+                      [](const TraceRequest& a, const TraceRequest& b) {
+                        return a.timestamp_ms < b.timestamp_ms;
+                      })) {
+    std::stable_sort(t.requests.begin(), t.requests.end(),
+                     [](const TraceRequest& a, const TraceRequest& b) {
+                       return a.timestamp_ms < b.timestamp_ms;
+                     });
+    t.reordered = true;
+  }
+  return t;
+}
+
+Trace load_mooncake_trace(const std::string& path, BadLines policy) {
+  std::ifstream f(path);
+  if (!f) fail("{}: cannot open trace file", path);
+  return parse_mooncake_trace(f, path, policy);
+}
+
+std::vector<int32_t> trace_prompt_tokens(const TraceRequest& r) {
+  std::vector<int32_t> t(static_cast<size_t>(r.input_length));
+  for (int32_t p = 0; p < r.input_length; ++p) {
+    const int64_t h = r.hash_ids[static_cast<size_t>(p / kTraceBlockTokens)];
+    t[p] = static_cast<int32_t>(h * kTraceBlockTokens + p % kTraceBlockTokens);
+  }
+  return t;
+}
+
+TraceReuse trace_prefix_reuse(const std::vector<TraceRequest>& requests) {
+  // A trie over hash ids; each node remembers the longest block length seen through it (the last
+  // block of a prompt may be partial, so two prompts sharing a block id share min of their lengths
+  // inside it — under the token mapping, a block id names the same tokens at the same positions).
+  struct Node {
+    std::map<int64_t, int32_t> next;
+    int32_t max_len = 0;  // most tokens of this block any earlier prompt had
+  };
+  std::vector<Node> nodes(1);
+  TraceReuse out;
+  for (const TraceRequest& r : requests) {
+    const int64_t n = static_cast<int64_t>(r.hash_ids.size());
+    out.blocks += n;
+    out.tokens += r.input_length;
+    const int64_t match_limit = r.input_length - 1;  // the engine matches tokens[0, len - 1)
+    int32_t node = 0;
+    bool shared = true;
+    int64_t reused_tokens = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      const int32_t len = static_cast<int32_t>(
+          std::min<int64_t>(kTraceBlockTokens, r.input_length - b * kTraceBlockTokens));
+      auto it = nodes[node].next.find(r.hash_ids[b]);
+      if (shared && it != nodes[node].next.end()) {
+        ++out.blocks_reused;
+        reused_tokens += std::min(len, nodes[it->second].max_len);
+        node = it->second;
+        nodes[node].max_len = std::max(nodes[node].max_len, len);
+        continue;
+      }
+      shared = false;
+      if (it == nodes[node].next.end()) {
+        nodes.emplace_back();
+        it = nodes[node].next.emplace(r.hash_ids[b], static_cast<int32_t>(nodes.size() - 1)).first;
+      }
+      node = it->second;
+      nodes[node].max_len = std::max(nodes[node].max_len, len);
+    }
+    out.tokens_reused += std::min(reused_tokens, match_limit);
+  }
+  return out;
+}
+
+}  // namespace statecheck
