@@ -48,6 +48,11 @@ struct Options {
   double weights_gib = -1.0;   // < 0: params_billion * 2 bytes / TP
   std::string trace;           // replay: Mooncake trace (default data/traces/...)
   bool no_payload = false;     // cache experiments: bookkeeping only, no state payloads
+  int chunk_granularity = 64;  // Cg: state chunk granularity (SGLang mamba_cache_chunk_size)
+  int chunked_prefill = 8192;  // token budget of one prefill batch (SGLang chunked_prefill_size)
+  int track_interval = 256;    // extra_buffer decode track interval (SGLang mamba_track_interval)
+  int max_running = 0;         // 0: active slots / (3 + tracking slots), as SGLang
+  std::string trace_bad_lines = "reject";  // replay: reject | skip malformed trace lines
 
   // Resolved helpers.
   int thread_count() const;
@@ -74,6 +79,12 @@ const std::vector<ExperimentEntry>& experiment_registry();
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+// Cache model experiments (spec cache.md, experiments.md): experiments/memory.cpp, capacity.cpp,
+// firecount.cpp, replay.cpp.
+void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+void run_firecount(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 #ifdef STATECHECK_HAVE_CUDA
 // The CUDA half of `bench` (experiments/bench_gpu.cpp).
 void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);

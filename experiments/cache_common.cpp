@@ -1,0 +1,121 @@
+#include "experiments/cache_common.h"
+
+#include "core/util/error.h"
+
+namespace statecheck {
+
+PayloadShape model_payload_shape(const ModelConfig& m) {
+  PayloadShape s;
+  s.temporal = StateShape{1, 1, m.head_v_dim, m.head_k_dim};
+  s.conv_elems = static_cast<size_t>(m.conv_dim_shard() / std::max(1, m.value_heads_shard())) *
+                 static_cast<size_t>(m.conv_width - 1);
+  return s;
+}
+
+StateDtypes options_dtypes(const Options& o) {
+  StateDtypes d;
+  d.temporal = o.temporal_dtype;
+  state_dtype_bytes(d.temporal, "--temporal-dtype");
+  if (d.temporal != "fp32" && d.temporal != "bf16")
+    fail("--temporal-dtype: expected fp32 or bf16, got '{}'", d.temporal);
+  d.scale = parse_scale_dtype(o.scale_dtype_or_default());
+  d.conv = o.conv_dtype;
+  if (d.conv != "bf16") fail("--conv-dtype: only bf16 is modelled, got '{}'", d.conv);
+  return d;
+}
+
+CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens) {
+  const StateDtypes d = options_dtypes(o);
+  CacheConfig c;
+  c.mode = parse_cache_mode(o.mode);
+  c.strategy = parse_cache_strategy(o.strategy);
+  if (o.active_slots < 1) fail("--active-slots must be >= 1, got {}", o.active_slots);
+  if (o.ckpt_slots < 0) fail("--ckpt-slots must be >= 0, got {}", o.ckpt_slots);
+  c.active_slots = o.active_slots;
+  c.ckpt_slots = o.ckpt_slots > 0 ? o.ckpt_slots : 2 * o.active_slots;
+  c.kv_tokens = kv_tokens;
+  if (o.chunk_granularity < 1)
+    fail("--chunk-granularity must be >= 1, got {}", o.chunk_granularity);
+  if (o.track_interval < 1) fail("--track-interval must be >= 1, got {}", o.track_interval);
+  c.chunk_granularity = o.chunk_granularity;
+  c.track_interval = o.track_interval;
+  c.payload = !o.no_payload;
+  c.shape = model_payload_shape(m);
+  c.temporal_bf16 = d.temporal == "bf16";
+  c.scale = d.scale;
+  return c;
+}
+
+EngineConfig options_engine_config(const Options& o, const ModelConfig& m, int64_t kv_tokens) {
+  EngineConfig e;
+  e.cache = options_cache_config(o, m, kv_tokens);
+  if (o.chunked_prefill < 1) fail("--chunked-prefill must be >= 1, got {}", o.chunked_prefill);
+  if (o.max_running < 0) fail("--max-running must be >= 0, got {}", o.max_running);
+  e.chunked_prefill = o.chunked_prefill;
+  e.max_running = o.max_running;
+  return e;
+}
+
+const char* payload_mode_name(bool payload) {
+  return payload ? "payload" : "bookkeeping";
+}
+
+void write_cache_counters(H5Writer& f, const std::string& g, const CacheCounters& c,
+                          const RadixCounters& t) {
+  auto w = [&](const char* name, int64_t v, const char* units, const char* what) {
+    f.write_scalar(g + "/" + name, static_cast<double>(v), units, what);
+  };
+  w("admissions", c.admissions, "requests", "requests admitted (a retracted request counts again)");
+  w("prompt_tokens", c.prompt_tokens, "tokens", "prompt tokens of admitted requests");
+  w("hit_tokens", c.hit_tokens, "tokens", "cached tokens reused at admission (hit length)");
+  w("state_hits", c.state_hits, "requests", "admissions with a hit length > 0");
+  w("cow_loads", c.cow_loads, "loads",
+    "copy-on-write loads (bf16: slot copies, int8: dequantizes)");
+  w("chunk_copies", c.chunk_copies, "copies",
+    "no_buffer bf16: live state copied to a new slot at a chunk end");
+  w("tracks", c.tracks, "copies", "extra_buffer: states copied into a tracking slot");
+  w("quantizes", c.quantizes, "quantizes",
+    "int8 donates (active slot quantized into a checkpoint slot)");
+  w("wasted_quantizes", c.wasted_quantizes, "quantizes",
+    "quantizes whose state already existed in the tree");
+  w("inserted_states", c.inserted_states, "states", "states that entered the tree");
+  w("duplicate_states", c.duplicate_states, "states",
+    "inserts that found the state already cached");
+  w("skipped_donations", c.skipped_donations, "states",
+    "caching skipped because no slot could be had");
+  w("empty_finishes", c.empty_finishes, "requests", "finished requests with nothing new to cache");
+  w("alloc_failures", c.alloc_failures, "allocations",
+    "slot or KV allocations that failed after evicting");
+  w("cow_fallbacks", c.cow_fallbacks, "requests",
+    "hits degraded to a miss (no active slot for the copy)");
+  w("cancelled_matches", c.cancelled_matches, "requests",
+    "matched requests not admitted (slot returned)");
+  w("restore_checks", c.restore_checks, "states",
+    "restored states compared bit for bit (payload mode)");
+  w("matches", t.matches, "calls", "radix match calls (admissions and re-matches after inserts)");
+  w("full_evicted_nodes", t.full_evicted_nodes, "nodes", "nodes deleted by evict_full");
+  w("full_evicted_tokens", t.full_evicted_tokens, "tokens", "KV tokens freed by evict_full");
+  w("state_evictions", t.state_evictions, "states", "states freed by evict_state");
+  w("tombstones_created", t.tombstones_created, "nodes",
+    "tombstones created by splits and state evictions");
+  w("splits", t.splits, "nodes", "node splits");
+}
+
+void write_cache_config(H5Writer& f, const std::string& g, const CacheConfig& c, int max_running,
+                        int64_t chunked_prefill) {
+  f.attr(g, "mode", std::string(cache_mode_name(c.mode)));
+  f.attr(g, "strategy", std::string(cache_strategy_name(c.strategy)));
+  f.attr(g, "pool_contents", std::string(payload_mode_name(c.payload)));
+  f.attr(g, "active_slots", static_cast<int64_t>(c.active_slots));
+  f.attr(g, "ckpt_slots", static_cast<int64_t>(c.mode == CacheMode::int8 ? c.ckpt_slots : 0));
+  f.attr(g, "kv_tokens", static_cast<int64_t>(c.kv_tokens));
+  f.attr(g, "chunk_granularity", static_cast<int64_t>(c.chunk_granularity));
+  f.attr(g, "track_interval", static_cast<int64_t>(c.track_interval));
+  f.attr(g, "tracking_slots_per_request", static_cast<int64_t>(c.tracking_slots()));
+  f.attr(g, "max_running", static_cast<int64_t>(max_running));
+  f.attr(g, "chunked_prefill", static_cast<int64_t>(chunked_prefill));
+  f.attr(g, "temporal_dtype", std::string(c.temporal_bf16 ? "bf16" : "fp32"));
+  f.attr(g, "scale_dtype", std::string(scale_dtype_name(c.scale)));
+}
+
+}  // namespace statecheck

@@ -1,0 +1,41 @@
+// Shared set-up of the cache experiments (memory, capacity, firecount, replay): pool and engine
+// configuration from the command line, the payload shape of a model, and the HDF5 layout of the
+// cache counters.
+#pragma once
+
+#include <string>
+
+#include "core/cache/engine.h"
+#include "core/io/hdf5_file.h"
+#include "core/memory/memory_budget.h"
+#include "core/model/model_config.h"
+#include "experiments/experiment.h"
+
+namespace statecheck {
+
+// One value head of the model per slot: temporal [1, 1, d_v, d_k] and that head's share of the
+// conv channels (conv_dim_shard / HV_shard) x (W - 1). See core/cache/payload.h.
+PayloadShape model_payload_shape(const ModelConfig& m);
+
+// State dtypes from --temporal-dtype, --scale-dtype (default: the temporal dtype), --conv-dtype.
+StateDtypes options_dtypes(const Options& o);
+
+// Cache configuration from the options: --mode, --strategy, --active-slots, --ckpt-slots (0: 2A),
+// --chunk-granularity, --track-interval, --no-payload, dtypes; `kv_tokens` as given.
+CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens);
+
+// Engine configuration: the cache above plus --chunked-prefill and --max-running.
+EngineConfig options_engine_config(const Options& o, const ModelConfig& m, int64_t kv_tokens);
+
+// "payload" or "bookkeeping": what the pools held in a run (written into every result file).
+const char* payload_mode_name(bool payload);
+
+// Writes the cache and tree counters as scalar datasets under `group` (units: count / tokens).
+void write_cache_counters(H5Writer& file, const std::string& group, const CacheCounters& c,
+                          const RadixCounters& t);
+
+// Writes the cache configuration as attributes of `group`.
+void write_cache_config(H5Writer& file, const std::string& group, const CacheConfig& c,
+                        int max_running, int64_t chunked_prefill);
+
+}  // namespace statecheck

@@ -1,0 +1,168 @@
+// Experiment `memory`: bytes per state slot, pool totals and the KV-token budget (spec cache.md
+// sections 1 and 5; formulas in core/memory/memory_budget.h).
+//
+// For the selected model (--model, --tp, dtypes) and pool sizes (--active-slots A, --ckpt-slots C,
+// 0: 2A) it reports the active and checkpoint pools in bytes and GiB (2^30; engines print these as
+// "GB"), per part (temporal, scales, conv), and the KV-token budget of --gpu-mem-gib x
+// --mem-fraction - weights under the engine's accounting (checkpoint pool and slot 0 not
+// subtracted) and the correct one, side by side. The same table is computed for every shipped
+// model at its default TP, and SGLang's automatic active-pool size (mamba_full_memory_ratio 0.9)
+// is reported next to the given A.
+#include <fmt/format.h>
+
+#include "core/memory/memory_budget.h"
+#include "experiments/cache_common.h"
+#include "experiments/experiment.h"
+
+namespace statecheck {
+
+namespace {
+
+void write_pool(H5Writer& f, const std::string& g, const PoolBytes& p, const char* what) {
+  f.group(g);
+  f.write_scalar(g + "/slots", static_cast<double>(p.slots), "slots",
+                 std::string("usable slots of the ") + what);
+  f.write_scalar(g + "/slot_bytes", static_cast<double>(p.per_slot.total()), "bytes",
+                 "one slot: temporal + scales + conv");
+  f.write_scalar(g + "/slot_temporal_bytes", static_cast<double>(p.per_slot.temporal), "bytes",
+                 "one slot: temporal state");
+  f.write_scalar(g + "/slot_scale_bytes", static_cast<double>(p.per_slot.scale), "bytes",
+                 "one slot: int8 scales");
+  f.write_scalar(g + "/slot_conv_bytes", static_cast<double>(p.per_slot.conv), "bytes",
+                 "one slot: conv state");
+  f.write_scalar(g + "/temporal_bytes", static_cast<double>(p.total.temporal), "bytes",
+                 "(slots + 1) x temporal");
+  f.write_scalar(g + "/scale_bytes", static_cast<double>(p.total.scale), "bytes",
+                 "(slots + 1) x scales");
+  f.write_scalar(g + "/conv_bytes", static_cast<double>(p.total.conv), "bytes",
+                 "(slots + 1) x conv");
+  f.write_scalar(g + "/total_bytes", static_cast<double>(p.total.total()), "bytes",
+                 "(slots + 1) x slot");
+  f.write_scalar(g + "/temporal_gib", p.total.temporal / kGiB, "GiB",
+                 "(slots + 1) x temporal, 2^30 bytes");
+  f.write_scalar(g + "/scale_gib", p.total.scale / kGiB, "GiB", "(slots + 1) x scales, 2^30 bytes");
+  f.write_scalar(g + "/conv_gib", p.total.conv / kGiB, "GiB", "(slots + 1) x conv, 2^30 bytes");
+  f.write_scalar(g + "/total_gib", p.total.total() / kGiB, "GiB", "(slots + 1) x slot, 2^30 bytes");
+}
+
+struct ModelMemory {
+  ModelConfig model;
+  Budget budget;       // at the given pool sizes
+  Budget auto_budget;  // SGLang's automatic active pool (ratio split), no checkpoint pool
+};
+
+ModelMemory model_memory(const ModelConfig& m, const StateDtypes& dt, const Options& o) {
+  BudgetInputs bi;
+  bi.gpu_mem_gib = o.gpu_mem_gib;
+  bi.mem_fraction = o.mem_fraction;
+  bi.weights_gib = o.weights_gib;
+  bi.active_slots = o.active_slots;
+  bi.ckpt_slots = o.ckpt_slots > 0 ? o.ckpt_slots : 2 * o.active_slots;
+  ModelMemory mm{m, compute_budget(m, dt, bi), {}};
+  BudgetInputs ai = bi;
+  ai.active_slots = 0;
+  ai.ckpt_slots = 0;
+  mm.auto_budget = compute_budget(m, dt, ai);
+  return mm;
+}
+
+void write_model(H5Writer& f, const std::string& g, const ModelMemory& mm) {
+  const Budget& b = mm.budget;
+  f.group(g);
+  f.attr(g, "model", mm.model.name);
+  f.attr(g, "tp", static_cast<int64_t>(mm.model.tp));
+  f.attr(g, "linear_layers", static_cast<int64_t>(mm.model.linear_layer_count()));
+  f.attr(g, "full_layers", static_cast<int64_t>(mm.model.full_layer_count()));
+  f.attr(g, "value_heads_per_gpu", static_cast<int64_t>(mm.model.value_heads_shard()));
+  f.attr(g, "conv_channels_per_gpu", static_cast<int64_t>(mm.model.conv_dim_shard()));
+  write_pool(f, g + "/active", b.active, "active pool");
+  write_pool(f, g + "/checkpoint", b.checkpoint, "int8 checkpoint pool");
+  f.write_scalar(g + "/kv_bytes_per_token", static_cast<double>(b.kv_bytes_per_token), "bytes",
+                 "full-attention KV cache per token per GPU");
+  f.write_scalar(g + "/weights_gib", b.weights_bytes / kGiB, "GiB",
+                 "weights per GPU (params x 2 bytes / TP unless given)");
+  f.write_scalar(g + "/cache_memory_gib", b.rest_bytes / kGiB, "GiB",
+                 "device memory x mem_fraction - weights - reserves");
+  f.write_scalar(g + "/kv_tokens_engine", static_cast<double>(b.kv_tokens_engine), "tokens",
+                 "KV budget, engine accounting: (rest - A x active slot) / KV per token");
+  f.write_scalar(g + "/kv_tokens_correct", static_cast<double>(b.kv_tokens_correct), "tokens",
+                 "KV budget with slot 0 and the checkpoint pool subtracted");
+  f.write_scalar(g + "/kv_tokens_overcommit",
+                 static_cast<double>(b.kv_tokens_engine - b.kv_tokens_correct), "tokens",
+                 "KV tokens the engine budgets that the memory cannot hold (engine - correct)");
+  f.write_scalar(
+      g + "/auto_active_slots", static_cast<double>(mm.auto_budget.active.slots), "slots",
+      "active pool SGLang sizes automatically (mamba_full_memory_ratio 0.9, no checkpoint pool)");
+  f.write_scalar(g + "/auto_kv_tokens_engine", static_cast<double>(mm.auto_budget.kv_tokens_engine),
+                 "tokens", "KV budget next to the automatic active pool (engine accounting)");
+}
+
+}  // namespace
+
+void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
+  const StateDtypes dt = options_dtypes(o);
+  const std::string g = "memory";
+  file.group(g);
+  file.attr(g, "temporal_dtype", dt.temporal);
+  file.attr(g, "scale_dtype", std::string(scale_dtype_name(dt.scale)));
+  file.attr(g, "conv_dtype", dt.conv);
+  file.attr(g, "kv_dtype", dt.kv);
+  file.attr(g, "gpu_mem_gib", o.gpu_mem_gib);
+  file.attr(g, "mem_fraction", o.mem_fraction);
+  file.attr(g, "pool_contents", std::string("bookkeeping (byte formulas only)"));
+
+  const ModelMemory sel = model_memory(m, dt, o);
+  write_model(file, g + "/selected", sel);
+  const Budget& b = sel.budget;
+  for (const auto& [name, pool] : {std::pair<std::string, const PoolBytes*>{"active", &b.active},
+                                   {"checkpoint", &b.checkpoint}}) {
+    summary.set(fmt::format("memory.{}.temporal_gib", name), pool->total.temporal / kGiB);
+    summary.set(fmt::format("memory.{}.conv_gib", name), pool->total.conv / kGiB);
+    summary.set(fmt::format("memory.{}.scale_gib", name), pool->total.scale / kGiB);
+    summary.set(fmt::format("memory.{}.total_gib", name), pool->total.total() / kGiB);
+    summary.set(fmt::format("memory.{}.slot_bytes", name),
+                static_cast<double>(pool->per_slot.total()));
+  }
+  summary.set("memory.kv_tokens.engine", static_cast<double>(b.kv_tokens_engine));
+  summary.set("memory.kv_tokens.correct", static_cast<double>(b.kv_tokens_correct));
+  summary.set("memory.kv_tokens.overcommit",
+              static_cast<double>(b.kv_tokens_engine - b.kv_tokens_correct));
+  summary.set("memory.kv_bytes_per_token", static_cast<double>(b.kv_bytes_per_token));
+  summary.set("memory.auto.active_slots", static_cast<double>(sel.auto_budget.active.slots));
+  summary.set("memory.checkpoint_over_active_slot_bytes",
+              static_cast<double>(b.checkpoint.per_slot.total()) /
+                  static_cast<double>(b.active.per_slot.total()));
+
+  fmt::print("memory: {} TP {}, temporal {}, scales {}, conv {}; pools A = {}, C = {}\n", m.name,
+             m.tp, dt.temporal, scale_dtype_name(dt.scale), dt.conv, b.active.slots,
+             b.checkpoint.slots);
+  fmt::print("memory: {:<22} {:>14} {:>14} {:>12} {:>12} {:>14} {:>14} {:>12}\n", "model (TP)",
+             "active B/slot", "ckpt B/slot", "active GiB", "ckpt GiB", "KV tok engine",
+             "KV tok correct", "auto A");
+  std::vector<std::string> names;
+  for (const std::string& name : shipped_model_names()) {
+    const ModelConfig mm_cfg = load_model(name, 0);
+    const ModelMemory mm = model_memory(mm_cfg, dt, o);
+    write_model(file, g + "/" + name, mm);
+    names.push_back(name);
+    summary.set(fmt::format("memory.{}.active.slot_bytes", name),
+                static_cast<double>(mm.budget.active.per_slot.total()));
+    summary.set(fmt::format("memory.{}.checkpoint.slot_bytes", name),
+                static_cast<double>(mm.budget.checkpoint.per_slot.total()));
+    summary.set(fmt::format("memory.{}.kv_bytes_per_token", name),
+                static_cast<double>(mm.budget.kv_bytes_per_token));
+    summary.set(fmt::format("memory.{}.kv_tokens.engine", name),
+                static_cast<double>(mm.budget.kv_tokens_engine));
+    summary.set(fmt::format("memory.{}.kv_tokens.correct", name),
+                static_cast<double>(mm.budget.kv_tokens_correct));
+    fmt::print("memory: {:<22} {:>14} {:>14} {:>12.3f} {:>12.3f} {:>14} {:>14} {:>12}\n",
+               fmt::format("{} ({})", name, mm_cfg.tp), mm.budget.active.per_slot.total(),
+               mm.budget.checkpoint.per_slot.total(), mm.budget.active.total.total() / kGiB,
+               mm.budget.checkpoint.total.total() / kGiB, mm.budget.kv_tokens_engine,
+               mm.budget.kv_tokens_correct, mm.auto_budget.active.slots);
+  }
+  file.write_strings(g + "/models", names,
+                     "shipped models (each at its default TP), one group each");
+}
+
+}  // namespace statecheck

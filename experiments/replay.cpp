@@ -1,0 +1,334 @@
+// Experiment `replay`: a Mooncake-format request trace through the pools (spec cache.md section 6):
+// bf16 single pool vs int8 checkpoint pool at equal memory vs an unbounded cache.
+//
+// Trace: --trace FILE (default data/traces/mooncake_conversation_trace.jsonl, 12,031 requests,
+// ~145M prompt tokens over 59 minutes); --trace-bad-lines reject|skip. 512-token blocks become
+// deterministic token ids (core/trace/mooncake_trace.h); generated tokens get unique ids.
+// Arrivals at the trace timestamps; concurrency bounded by the pools and the running cap; time by
+// the engine's cost model. --quick replays the first 1,500 requests.
+//
+// Memory (core/memory): --model (qwen3.5-35b-a3b, TP 4), --gpu-mem-gib (141 GB), --mem-fraction,
+// --weights-gib, --temporal-dtype (fp32). The bf16 run gets SGLang's split: the active pool A from
+// mamba_full_memory_ratio = 0.9 (47% of the cache memory), the KV pool the rest (correct
+// accounting). The int8 run gets the same KV pool and the same state bytes, split into an active
+// pool A' and a checkpoint pool C = 2 A' (SGLang's default checkpoint size). --active-slots /
+// --ckpt-slots are not used here.
+//
+// Two unbounded runs, both with pools larger than the trace can fill (bookkeeping only) and the
+// bf16 run's running cap:
+//   unbounded        the unbounded prefix cache: every cached prefix is restorable (SGLang's
+//                    skip_mamba_match, KV-only matching; the whole sequence is cached, no_buffer
+//                    insertion). Its hit rate is what the trace offers through the scheduler and
+//                    must match the trace's own prefix reuse: the check of parser, token mapping
+//                    and tree.
+//   unbounded_engine the engine's own policy (--strategy, Cg) without a memory bound: what the
+//                    caching policy can reach on this trace. Under extra_buffer a conversation's
+//                    next turn shares only the previous prompt's full 512-token blocks, while the
+//                    previous turn cached its state at its Cg-aligned prompt end inside the partial
+//                    last block; the next turn therefore splits there, leaves a tombstone, hits an
+//                    older state and only records the branching point for the turn after it.
+//
+// Reported per mode: token hit rate = sum(cached tokens) / sum(prompt tokens), state hits
+// (admissions with a hit), dequantize loads (int8 copy-on-write loads), evictions (nodes evicted by
+// evict_full + states evicted by evict_state), hit rate per minute of trace time, wall time. The
+// trace's own prefix reuse (block and token granularity, infinite cache) is recomputed as a parser
+// check, and a match+insert benchmark replays every prompt through a bare radix tree.
+#include <chrono>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "core/cache/engine.h"
+#include "core/memory/memory_budget.h"
+#include "core/trace/mooncake_trace.h"
+#include "core/util/error.h"
+#include "core/util/progress.h"
+#include "experiments/cache_common.h"
+#include "experiments/experiment.h"
+
+namespace statecheck {
+
+namespace {
+
+struct ReplayRun {
+  std::string mode;
+  EngineConfig config;
+  std::vector<RequestRecord> records;  // by trace index
+  CacheCounters counters;
+  RadixCounters tree;
+  double wall_s = 0.0;
+  double sim_s = 0.0;
+  int64_t retractions = 0;
+  int max_running = 0;
+  int peak_running = 0;
+};
+
+ReplayRun replay_once(const std::string& mode, const EngineConfig& cfg,
+                      const std::vector<TraceRequest>& reqs) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  ReplayRun run;
+  run.mode = mode;
+  run.config = cfg;
+  Engine engine(cfg);
+  run.max_running = engine.max_running();
+  run.records.resize(reqs.size());
+  engine.on_finish = [&](const RequestRecord& r) { run.records[static_cast<size_t>(r.tag)] = r; };
+  Progress progress("replay " + mode + " requests", static_cast<long>(reqs.size()));
+  size_t next = 0;
+  const double t_base = reqs.empty() ? 0.0 : reqs.front().timestamp_ms;
+  auto arrival = [&](size_t i) { return (reqs[i].timestamp_ms - t_base) / 1000.0; };
+  for (;;) {
+    // Submit what arrives within the next second of simulated time (prompts are built lazily).
+    while (next < reqs.size() && (arrival(next) <= engine.now() + 1.0 || engine.pending() == 0)) {
+      RequestSpec s;
+      s.prompt = trace_prompt_tokens(reqs[next]);
+      s.output_len = std::max(1, reqs[next].output_length);
+      s.arrival = arrival(next);
+      s.tag = static_cast<int64_t>(next);
+      engine.submit(std::move(s));
+      ++next;
+      if (engine.pending() > 0 && arrival(next - 1) > engine.now() + 1.0) break;
+    }
+    const int64_t done_before = static_cast<int64_t>(engine.records().size());
+    if (!engine.step() && next >= reqs.size()) break;
+    run.peak_running = std::max(run.peak_running, engine.running());
+    const int64_t done = static_cast<int64_t>(engine.records().size()) - done_before;
+    if (done > 0) progress.tick(done);
+  }
+  run.counters = engine.cache().counters();
+  run.tree = engine.cache().tree().counters();
+  run.retractions = engine.retractions();
+  run.sim_s = engine.now();
+  run.wall_s = std::chrono::duration<double>(clock::now() - t0).count();
+  return run;
+}
+
+// match + insert of every prompt through a bare radix tree with unbounded pools (no scheduler):
+// the throughput of the tree itself. Returns tokens / s over prompt tokens.
+double bench_match_insert(const std::vector<TraceRequest>& reqs, double* seconds, int64_t* tokens) {
+  int64_t total = 0;
+  for (const auto& r : reqs) total += r.input_length;
+  KvPool kv(total + 1);
+  SlotAllocator states("bench states", static_cast<int32_t>(reqs.size()) + 1);
+  RadixTree tree(kv, states, 64);
+  double spent = 0.0;
+  for (const auto& r : reqs) {
+    const std::vector<int32_t> t = trace_prompt_tokens(r);
+    const auto t0 = std::chrono::steady_clock::now();
+    const RadixMatch m = tree.match(t.data(), static_cast<int64_t>(t.size()) - 1);
+    kv.alloc(static_cast<int64_t>(t.size()));
+    const int32_t s = states.alloc();
+    const RadixInsert ins = tree.insert(t.data(), static_cast<int64_t>(t.size()), s, 0);
+    if (ins.state_exists) states.free(s);
+    spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    (void)m;
+  }
+  *seconds = spent;
+  *tokens = total;
+  return spent > 0 ? static_cast<double>(total) / spent : 0.0;
+}
+
+}  // namespace
+
+void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
+  const std::string path =
+      o.trace.empty() ? data_dir() + "/traces/mooncake_conversation_trace.jsonl" : o.trace;
+  Trace trace = load_mooncake_trace(path, parse_bad_lines(o.trace_bad_lines));
+  for (size_t i = 0; i < trace.skipped.size(); ++i)
+    if (i < 20)
+      fmt::print("replay: skipped {}:{}: {}\n", path, trace.skipped[i].line,
+                 trace.skipped[i].reason);
+  if (trace.skipped.size() > 20)
+    fmt::print("replay: ... {} malformed lines skipped in all\n", trace.skipped.size());
+  if (trace.reordered)
+    fmt::print("replay: timestamps were not in order; requests sorted by timestamp\n");
+  if (trace.requests.empty()) fail("{}: no valid requests", path);
+  std::vector<TraceRequest> reqs = std::move(trace.requests);
+  const size_t quick_n = 1500;
+  if (o.quick && reqs.size() > quick_n) reqs.resize(quick_n);
+  int64_t prompt_total = 0, output_total = 0;
+  for (const auto& r : reqs) {
+    prompt_total += r.input_length;
+    output_total += std::max(1, r.output_length);
+  }
+  const TraceReuse reuse = trace_prefix_reuse(reqs);
+  fmt::print(
+      "replay: {} ({} requests, {} prompt tokens, {} output tokens, {} lines skipped); "
+      "infinite-cache prefix "
+      "reuse {:.2f}% of blocks, {:.2f}% of tokens\n",
+      path, reqs.size(), prompt_total, output_total, trace.skipped.size(),
+      100.0 * reuse.block_fraction(), 100.0 * reuse.token_fraction());
+
+  // ---- memory budget ----------------------------------------------------------------------------
+  const StateDtypes dt = options_dtypes(o);
+  BudgetInputs bi;
+  bi.gpu_mem_gib = o.gpu_mem_gib;
+  bi.mem_fraction = o.mem_fraction;
+  bi.weights_gib = o.weights_gib;
+  const Budget bf16_budget = compute_budget(m, dt, bi);  // A from the ratio split
+  const int64_t A_bf16 = bf16_budget.active.slots;
+  const Int8Split split =
+      int8_split_at_equal_memory(A_bf16, active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
+  const int64_t kv_tokens = bf16_budget.kv_tokens_correct;
+  fmt::print(
+      "replay: memory per GPU: {:.2f} GiB for caches; bf16: {} active slots ({:.2f} GiB); int8: {} "
+      "active + {} "
+      "checkpoint slots ({:.2f} GiB); KV {} tokens ({:.2f} GiB) in both\n",
+      bf16_budget.rest_bytes / kGiB, A_bf16, bf16_budget.active.total.total() / kGiB, split.active,
+      split.ckpt, split.bytes / kGiB, kv_tokens,
+      kv_tokens * static_cast<double>(bf16_budget.kv_bytes_per_token) / kGiB);
+
+  Options ob = o;
+  ob.mode = "bf16";
+  ob.active_slots = static_cast<int>(A_bf16);
+  EngineConfig bf16_cfg = options_engine_config(ob, m, kv_tokens);
+  Options oi = o;
+  oi.mode = "int8";
+  oi.active_slots = static_cast<int>(split.active);
+  oi.ckpt_slots = static_cast<int>(split.ckpt);
+  EngineConfig int8_cfg = options_engine_config(oi, m, kv_tokens);
+  // Unbounded: every pool larger than the trace can fill; bookkeeping only; bf16's running cap.
+  const int bf16_cap = bf16_cfg.resolved_max_running();
+  int64_t max_states = 0;  // at most: one per prefill chunk, one after prefill, one at finish
+  for (const auto& r : reqs) max_states += r.input_length / std::max(1, o.chunked_prefill) + 3;
+  auto unbounded = [&](const std::string& strategy, bool kv_only) {
+    Options ou = o;
+    ou.mode = "int8";
+    ou.strategy = strategy;
+    ou.no_payload = true;
+    ou.active_slots = bf16_cap * 3 + 8;
+    ou.ckpt_slots = static_cast<int>(std::min<int64_t>(max_states, (int64_t{1} << 31) - 2));
+    ou.max_running = bf16_cap;
+    EngineConfig c = options_engine_config(ou, m, prompt_total + output_total + 1);
+    c.cache.kv_only_match = kv_only;
+    return c;
+  };
+  const EngineConfig unb_cfg = unbounded("no_buffer", true);
+  const EngineConfig eng_cfg = unbounded(o.strategy, false);
+
+  std::vector<ReplayRun> runs;
+  runs.push_back(replay_once("bf16", bf16_cfg, reqs));
+  runs.push_back(replay_once("int8", int8_cfg, reqs));
+  runs.push_back(replay_once("unbounded", unb_cfg, reqs));
+  runs.push_back(replay_once("unbounded_engine", eng_cfg, reqs));
+
+  // ---- results ----------------------------------------------------------------------------------
+  const std::string g = "replay";
+  file.group(g);
+  file.attr(g, "trace", path);
+  file.attr(g, "requests", static_cast<int64_t>(reqs.size()));
+  file.attr(g, "skipped_lines", static_cast<int64_t>(trace.skipped.size()));
+  file.attr(g, "bad_lines_policy", o.trace_bad_lines);
+  file.attr(g, "token_mapping",
+            std::string("block hash h, position j -> token id h * 512 + j; outputs unique"));
+  if (!trace.skipped.empty()) {
+    std::vector<std::string> lines;
+    for (const auto& s : trace.skipped)
+      lines.push_back(fmt::format("line {}: {}", s.line, s.reason));
+    file.write_strings(g + "/skipped_lines", lines,
+                       "malformed trace lines skipped (--trace-bad-lines skip)");
+  }
+  file.write_scalar(g + "/prompt_tokens", static_cast<double>(prompt_total), "tokens",
+                    "prompt tokens replayed");
+  file.write_scalar(g + "/trace_block_reuse", reuse.block_fraction(), "1",
+                    "infinite cache, 512-token blocks: reused leading blocks / all blocks");
+  file.write_scalar(
+      g + "/trace_token_reuse", reuse.token_fraction(), "1",
+      "infinite cache, tokens: longest shared prefix of tokens[0, len - 1) / all prompt tokens");
+  file.write_scalar(g + "/cache_memory_gib", bf16_budget.rest_bytes / kGiB, "GiB",
+                    "memory left for caches per GPU");
+  file.write_scalar(g + "/state_memory_gib", split.budget / kGiB, "GiB",
+                    "state-pool memory of both bounded runs");
+  summary.set("replay.trace.block_reuse", reuse.block_fraction());
+  summary.set("replay.trace.token_reuse", reuse.token_fraction());
+  summary.set("replay.requests", static_cast<double>(reqs.size()));
+
+  const double minute = 60.0;
+  const double t_base = reqs.front().timestamp_ms;
+  const size_t bins =
+      static_cast<size_t>((reqs.back().timestamp_ms - t_base) / 1000.0 / minute) + 1;
+  std::vector<double> curve(runs.size() * bins, 0.0);
+  std::vector<std::string> names;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const ReplayRun& run = runs[k];
+    names.push_back(run.mode);
+    std::vector<double> hit(bins, 0.0), prompt(bins, 0.0);
+    int64_t cached = 0, pt = 0;
+    std::vector<double> ttft;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const RequestRecord& r = run.records[i];
+      const size_t b = static_cast<size_t>((reqs[i].timestamp_ms - t_base) / 1000.0 / minute);
+      hit[b] += static_cast<double>(r.cached_tokens);
+      prompt[b] += static_cast<double>(r.prompt_len);
+      cached += r.cached_tokens;
+      pt += r.prompt_len;
+      ttft.push_back(r.first_token - r.arrival);
+    }
+    for (size_t b = 0; b < bins; ++b)
+      curve[k * bins + b] = prompt[b] > 0 ? hit[b] / prompt[b] : 0.0;
+    std::sort(ttft.begin(), ttft.end());
+    const double rate = pt > 0 ? static_cast<double>(cached) / static_cast<double>(pt) : 0.0;
+    const bool int8 = run.config.cache.mode == CacheMode::int8;
+    const int64_t dequant = int8 ? run.counters.cow_loads : 0;  // bf16: loads are slot copies
+    const int64_t evictions = run.tree.full_evicted_nodes + run.tree.state_evictions;
+    const std::string mg = g + "/" + run.mode;
+    file.group(mg);
+    write_cache_config(file, mg, run.config.cache, run.max_running, run.config.chunked_prefill);
+    write_cache_counters(file, mg + "/counters", run.counters, run.tree);
+    file.write_scalar(mg + "/token_hit_rate", rate, "1", "sum(cached tokens) / sum(prompt tokens)");
+    file.write_scalar(mg + "/wall_s", run.wall_s, "s", "wall time of this replay on one core");
+    file.write_scalar(mg + "/simulated_s", run.sim_s, "s",
+                      "simulated time at the last finish (cost model)");
+    file.write_scalar(mg + "/ttft_p50_s", ttft[ttft.size() / 2], "s",
+                      "median time to first token (cost model)");
+    file.write_scalar(mg + "/peak_running", run.peak_running, "requests",
+                      "most requests running at once");
+    file.attr(mg, "kv_only_match", static_cast<int64_t>(run.config.cache.kv_only_match ? 1 : 0));
+    std::vector<int64_t> cached_per(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) cached_per[i] = run.records[i].cached_tokens;
+    file.write(mg + "/cached_tokens", cached_per, {reqs.size()}, "tokens",
+               "cached tokens per trace request");
+    summary.set(fmt::format("replay.{}.token_hit_rate", run.mode), rate);
+    summary.set(fmt::format("replay.{}.state_hits", run.mode),
+                static_cast<double>(run.counters.state_hits));
+    summary.set(fmt::format("replay.{}.dequant_loads", run.mode), static_cast<double>(dequant));
+    summary.set(fmt::format("replay.{}.evictions", run.mode), static_cast<double>(evictions));
+    summary.set(fmt::format("replay.{}.wall_s", run.mode), run.wall_s);
+    fmt::print(
+        "replay: {:<16} token hit rate {:.4f}, state hits {}, dequantize loads {}, evictions {} "
+        "(full {} nodes, "
+        "state {}), retractions {}, peak running {} (cap {}), simulated {:.0f} s, wall {:.1f} s "
+        "[{}]\n",
+        run.mode, rate, run.counters.state_hits, dequant, evictions, run.tree.full_evicted_nodes,
+        run.tree.state_evictions, run.retractions, run.peak_running, run.max_running, run.sim_s,
+        run.wall_s, payload_mode_name(run.config.cache.payload));
+  }
+  file.write_strings(g + "/modes", names, "modes, in the order of the rows of hit_rate_per_minute");
+  file.write(
+      g + "/hit_rate_per_minute", curve, {runs.size(), bins}, "1",
+      "[mode, minute of trace time]: token hit rate of the requests arriving in that minute");
+  const double unb = summary.get("replay.unbounded.token_hit_rate");
+  summary.set("replay.unbounded_over_trace_token_reuse",
+              reuse.token_fraction() > 0 ? unb / reuse.token_fraction() : 0.0);
+  summary.set(
+      "replay.int8_minus_bf16.token_hit_rate",
+      summary.get("replay.int8.token_hit_rate") - summary.get("replay.bf16.token_hit_rate"));
+
+  // ---- match + insert benchmark (bookkeeping, one core) -----------------------------------------
+  double secs = 0.0;
+  int64_t toks = 0;
+  const double tps = bench_match_insert(reqs, &secs, &toks);
+  file.write_scalar(g + "/bench_match_insert_tokens_per_s", tps, "tokens/s",
+                    "radix match + insert of every prompt (bare tree, unbounded pools), prompt "
+                    "tokens per second");
+  summary.set("replay.bench.match_insert_tokens_per_s", tps);
+  summary.set("replay.bench.unbounded_replay_s", runs[2].wall_s);
+  fmt::print(
+      "replay: bench: match + insert of {} prompt tokens in {:.2f} s = {:.3g} tokens/s; whole "
+      "unbounded replay "
+      "(bookkeeping, scheduler included) {:.1f} s\n",
+      toks, secs, tps, runs[2].wall_s);
+}
+
+}  // namespace statecheck

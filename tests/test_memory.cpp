@@ -1,0 +1,112 @@
+// Memory of the state pools and the KV budget (spec cache.md sections 1 and 5), against values
+// computed by hand from the models' public configs (spec numerics.md section 2).
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "core/memory/memory_budget.h"
+#include "core/util/error.h"
+
+using namespace statecheck;
+
+namespace {
+StateDtypes fp32_states() {
+  StateDtypes d;
+  d.temporal = "fp32";
+  d.scale = ScaleDtype::fp32;
+  return d;
+}
+}  // namespace
+
+// Qwen3.5-35B-A3B at TP 4: 30 GDN layers, 32 / 4 = 8 value heads of 128 x 128, conv channels
+// (2 * 16 * 128 + 32 * 128) / 4 = 2048, W - 1 = 3; 10 full-attention layers with 2 KV heads of 256
+// (replicated: 1 per GPU at TP 4).
+TEST(Memory, Qwen35SlotBytesByHand) {
+  const ModelConfig m = load_model("qwen3.5-35b-a3b", 4);
+  const SlotBytes a = active_slot_bytes(m, fp32_states());
+  EXPECT_EQ(a.temporal, 30ull * 8 * 128 * 128 * 4);  // 15,728,640
+  EXPECT_EQ(a.conv, 30ull * 2048 * 3 * 2);           // 368,640
+  EXPECT_EQ(a.scale, 0u);
+  const SlotBytes c = checkpoint_slot_bytes(m, fp32_states());
+  EXPECT_EQ(c.temporal, 30ull * 8 * 128 * 128);
+  EXPECT_EQ(c.scale, 30ull * 8 * 128 * 4);
+  EXPECT_EQ(c.conv, a.conv);
+  StateDtypes bf = fp32_states();
+  bf.temporal = "bf16";
+  bf.scale = ScaleDtype::bf16;
+  EXPECT_EQ(active_slot_bytes(m, bf).temporal, 30ull * 8 * 128 * 128 * 2);
+  EXPECT_EQ(checkpoint_slot_bytes(m, bf).scale, 30ull * 8 * 128 * 2);
+  EXPECT_EQ(kv_bytes_per_token(m, fp32_states()), 10ull * 2 * 1 * 256 * 2);
+}
+
+// Qwen3-Next-80B-A3B at TP 4: 36 GDN layers. SGLang prints the temporal pool in "GB" that are GiB:
+// 1351 slots (+ slot 0) of fp32 state are 1352 * 18,874,368 bytes = 23.77 GiB.
+TEST(Memory, Qwen3NextPoolInGiB) {
+  const ModelConfig m = load_model("qwen3-next-80b-a3b", 4);
+  const PoolBytes p = pool_bytes(1351, active_slot_bytes(m, fp32_states()));
+  EXPECT_EQ(p.per_slot.temporal, 36ull * 8 * 128 * 128 * 4);
+  EXPECT_EQ(p.total.temporal, 1352ull * 18874368);
+  EXPECT_NEAR(p.total.temporal / kGiB, 23.77, 0.005);
+  EXPECT_EQ(kv_bytes_per_token(m, fp32_states()), 12ull * 2 * 1 * 256 * 2);
+}
+
+// Kimi-Linear-48B-A3B at TP 1: 20 KDA layers of 32 heads, conv 3 * 32 * 128 = 12,288 channels;
+// 7 MLA layers of 512 + 64 latent values per token.
+TEST(Memory, KimiLinearSlotBytesByHand) {
+  const ModelConfig m = load_model("kimi-linear-48b-a3b", 1);
+  const SlotBytes a = active_slot_bytes(m, fp32_states());
+  EXPECT_EQ(a.temporal, 20ull * 32 * 128 * 128 * 4);
+  EXPECT_EQ(a.conv, 20ull * 12288 * 3 * 2);
+  EXPECT_EQ(kv_bytes_per_token(m, fp32_states()), 7ull * (512 + 64) * 2);
+}
+
+TEST(Memory, EngineBudgetOmitsTheCheckpointPoolCorrectBudgetSubtractsIt) {
+  const ModelConfig m = load_model("qwen3.5-35b-a3b", 4);
+  BudgetInputs in;
+  in.gpu_mem_gib = 100.0;
+  in.mem_fraction = 0.9;
+  in.weights_gib = 10.0;  // rest = 80 GiB exactly
+  in.active_slots = 256;
+  in.ckpt_slots = 512;
+  const Budget b = compute_budget(m, fp32_states(), in);
+  const double rest = 80.0 * kGiB;
+  EXPECT_DOUBLE_EQ(b.rest_bytes, rest);
+  const double act = 16097280.0, ck = 4423680.0, kv = 10240.0;
+  EXPECT_EQ(b.kv_tokens_engine, static_cast<int64_t>(std::floor((rest - 256 * act) / kv)));
+  EXPECT_EQ(b.kv_tokens_correct,
+            static_cast<int64_t>(std::floor((rest - 257 * act - 513 * ck) / kv)));
+  EXPECT_EQ(b.active.total.total(), 257ull * 16097280);
+  EXPECT_EQ(b.checkpoint.total.total(), 513ull * 4423680);
+  // SGLang's automatic active pool: rest * 0.9 / 1.9 / slot bytes.
+  in.active_slots = 0;
+  in.ckpt_slots = 0;
+  const Budget a = compute_budget(m, fp32_states(), in);
+  EXPECT_EQ(a.active.slots, static_cast<int64_t>(std::floor(rest * 0.9 / 1.9 / act)));
+  EXPECT_TRUE(a.active_from_ratio);
+  EXPECT_EQ(a.checkpoint.total.total(), 0u);
+}
+
+TEST(Memory, BadInputsAreErrors) {
+  const ModelConfig m = load_model("qwen3.5-35b-a3b", 4);
+  BudgetInputs in;
+  in.weights_gib = 500.0;  // more than the device
+  EXPECT_THROW(compute_budget(m, fp32_states(), in), Error);
+  in = BudgetInputs();
+  in.mem_fraction = 1.5;
+  EXPECT_THROW(compute_budget(m, fp32_states(), in), Error);
+  StateDtypes d = fp32_states();
+  d.temporal = "int3";
+  EXPECT_THROW(active_slot_bytes(m, d), Error);
+}
+
+TEST(Memory, Int8SplitAtEqualMemoryByHand) {
+  SlotBytes act, ck;
+  act.temporal = 100;
+  ck.temporal = 30;
+  // (99 + 1) * 100 = 10000 bytes: A = floor((10000 - 100 - 30) / (100 + 60)) = 61, C = 122.
+  const Int8Split s = int8_split_at_equal_memory(99, act, ck);
+  EXPECT_EQ(s.active, 61);
+  EXPECT_EQ(s.ckpt, 122);
+  EXPECT_EQ(s.bytes, 62u * 100 + 123u * 30);
+  EXPECT_LE(s.bytes, s.budget);
+}
