@@ -109,9 +109,114 @@ def plot_chain(f, out):
     return [_save(fig, out, "chain_error_vs_checkpoints.png")]
 
 
+def plot_memory(f, out):
+    """Pool sizes per shipped model (GiB) and the KV budget under both accountings
+    (experiments/memory.cpp)."""
+    g = f["memory"]
+    names = _strings(g["models"])
+    parts = [("active", "temporal_gib", "active: temporal"), ("active", "conv_gib", "active: conv"),
+             ("checkpoint", "temporal_gib", "checkpoint: int8 temporal"),
+             ("checkpoint", "scale_gib", "checkpoint: scales"), ("checkpoint", "conv_gib", "checkpoint: conv")]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5))
+    x = np.arange(len(names))
+    for pool, offset in (("active", -0.2), ("checkpoint", 0.2)):
+        bottom = np.zeros(len(names))
+        for p, key, label in parts:
+            if p != pool:
+                continue
+            v = np.array([float(g[n][pool][key][()]) for n in names])
+            ax.bar(x + offset, v, 0.38, bottom=bottom, label=label)
+            bottom += v
+    slots = [int(g[names[0]]["active"]["slots"][()]), int(g[names[0]]["checkpoint"]["slots"][()])]
+    labels = [f"{n}\nTP {_attr(g[n], 'tp')}" for n in names]
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_xlabel("model (left bar: active pool, right bar: int8 checkpoint pool)")
+    ax.set_ylabel("pool memory per GPU (GiB, 2^30 bytes)")
+    ax.set_title(f"state pools, A = {slots[0]}, C = {slots[1]}, temporal {_attr(g, 'temporal_dtype')}")
+    ax.legend(fontsize=7)
+    eng = np.array([float(g[n]["kv_tokens_engine"][()]) for n in names]) / 1e6
+    cor = np.array([float(g[n]["kv_tokens_correct"][()]) for n in names]) / 1e6
+    bx.bar(x - 0.2, eng, 0.38, label="engine accounting (checkpoint pool not subtracted)")
+    bx.bar(x + 0.2, cor, 0.38, label="correct accounting")
+    bx.set_xticks(x, labels, fontsize=7)
+    bx.set_xlabel("model")
+    bx.set_ylabel("KV-cache budget (million tokens per GPU)")
+    bx.set_title(f"KV budget at {float(_attr(g, 'gpu_mem_gib')):.1f} GiB x {float(_attr(g, 'mem_fraction')):.2f}")
+    bx.legend(fontsize=7)
+    return [_save(fig, out, "memory_pools_and_kv_budget.png")]
+
+
+def plot_capacity(f, out):
+    """K-sweep: PROBE reuse_frac vs distinct prefixes K, bf16 single pool vs int8 checkpoint pool
+    (experiments/capacity.cpp)."""
+    g = f["capacity"]
+    K = g["K"][()]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for mode, style in (("bf16", "o-"), ("int8", "s-")):
+        if mode not in g:
+            continue
+        line, = ax.plot(K, g[mode]["reuse_frac"][()], style, label=f"{mode} (knee K = {int(g[mode]['knee_K'][()])})")
+        ax.axvline(float(g[mode]["cacheable_states"][()]), color=line.get_color(), ls=":", lw=1,
+                   label=f"{mode}: states the pool can cache ({int(g[mode]['cacheable_states'][()])})")
+    ax.plot(K, g["cached_prefix_fraction"][()], "k--", lw=1, label="ceiling: Cg-aligned cached prefix fraction")
+    ax.set_xlabel("distinct prefixes K (count)")
+    ax.set_ylabel("reuse_frac = cached / prompt tokens (PROBE)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title(_title(f, f"K-sweep, {_attr(g['int8'], 'strategy')}, A = {_attr(g['int8'], 'active_slots')}, "
+                           f"C = {_attr(g['int8'], 'ckpt_slots')}, {_attr(g, 'parallel')} in flight"))
+    ax.legend(fontsize=7)
+    return [_save(fig, out, "capacity_reuse_vs_K.png")]
+
+
+def plot_firecount(f, out):
+    """Few-shot workload: cumulative dequantize loads per request, no_buffer vs extra_buffer
+    (experiments/firecount.cpp)."""
+    g = f["firecount"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    n = 0
+    for s in ("no_buffer", "extra_buffer"):
+        if s not in g:
+            continue
+        loads = np.cumsum(g[s]["dequant_load"][()])
+        n = len(loads)
+        ax.plot(np.arange(1, n + 1), loads, label=f"{s}: {int(loads[-1])} loads")
+    ax.plot([1, n], [1, n], ":", color="gray", label="one load per request")
+    ax.set_xlabel("request (send order; questions repeated " + str(_attr(g, "repeats")) + " times)")
+    ax.set_ylabel("cumulative int8 dequantize loads (count)")
+    ax.set_title(_title(f, f"few-shot: {_attr(g, 'prefix_tokens')}-token prefix + {_attr(g, 'question_tokens')}-token "
+                           f"question"))
+    ax.legend(fontsize=8)
+    return [_save(fig, out, "firecount_dequant_loads.png")]
+
+
+def plot_replay(f, out):
+    """Trace replay: token hit rate per minute of trace time for every mode
+    (experiments/replay.cpp)."""
+    g = f["replay"]
+    modes = _strings(g["modes"])
+    curve = g["hit_rate_per_minute"][()]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    t = np.arange(curve.shape[1])
+    for i, m in enumerate(modes):
+        rate = float(g[m]["token_hit_rate"][()])
+        ax.plot(t, curve[i], label=f"{m} ({rate:.3f} overall, {_attr(g[m], 'pool_contents')})")
+    ax.axhline(float(g["trace_token_reuse"][()]), color="k", ls=":", lw=1,
+               label=f"trace's own prefix reuse ({float(g['trace_token_reuse'][()]):.3f} of tokens)")
+    ax.set_xlabel("trace time (minutes since the first request)")
+    ax.set_ylabel("token hit rate of requests arriving that minute")
+    ax.set_ylim(0, 1)
+    ax.set_title(_title(f, f"replay of {os.path.basename(str(_attr(g, 'trace')))} ({_attr(g, 'requests')} requests)"))
+    ax.legend(fontsize=7)
+    return [_save(fig, out, "replay_hit_rate_over_time.png")]
+
+
 PLOTTERS = [
     ("codec", plot_codec),
     ("chain", plot_chain),
+    ("memory", plot_memory),
+    ("capacity", plot_capacity),
+    ("firecount", plot_firecount),
+    ("replay", plot_replay),
 ]
 
 
