@@ -5,7 +5,7 @@
 // ~145M prompt tokens over 59 minutes); --trace-bad-lines reject|skip. 512-token blocks become
 // deterministic token ids (core/trace/mooncake_trace.h); generated tokens get unique ids.
 // Arrivals at the trace timestamps; concurrency bounded by the pools and the running cap; time by
-// the engine's cost model. --quick replays the first 1,500 requests.
+// the engine's cost model. --quick replays the first 1,000 requests.
 //
 // Memory (core/memory): --model (qwen3.5-35b-a3b, TP 4), --gpu-mem-gib (141 GB), --mem-fraction,
 // --weights-gib, --temporal-dtype (fp32). The bf16 run gets SGLang's split: the active pool A from
@@ -145,7 +145,7 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
     fmt::print("replay: timestamps were not in order; requests sorted by timestamp\n");
   if (trace.requests.empty()) fail("{}: no valid requests", path);
   std::vector<TraceRequest> reqs = std::move(trace.requests);
-  const size_t quick_n = 1500;
+  const size_t quick_n = 1000;
   if (o.quick && reqs.size() > quick_n) reqs.resize(quick_n);
   int64_t prompt_total = 0, output_total = 0;
   for (const auto& r : reqs) {
@@ -212,6 +212,25 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   runs.push_back(replay_once("int8", int8_cfg, reqs));
   runs.push_back(replay_once("unbounded", unb_cfg, reqs));
   runs.push_back(replay_once("unbounded_engine", eng_cfg, reqs));
+  // State-bound point: the PR benchmark's server set-up (--max-mamba-cache-size 256) with the
+  // running cap fixed at 32 for both modes, so the state pools bind before the KV pool does. int8
+  // gets the same state bytes: 32 x 3 active slots, the rest as checkpoint slots.
+  const int sb_running = 32;
+  const int64_t sb_active = 256;
+  const Int8Split sb_split =
+      int8_split_for_running(sb_active, int64_t{sb_running} * bf16_cfg.cache.slots_per_request(),
+                             active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
+  Options sb = o;
+  sb.mode = "bf16";
+  sb.active_slots = static_cast<int>(sb_active);
+  sb.max_running = sb_running;
+  const EngineConfig sb_bf16 = options_engine_config(sb, m, kv_tokens);
+  sb.mode = "int8";
+  sb.active_slots = static_cast<int>(sb_split.active);
+  sb.ckpt_slots = static_cast<int>(sb_split.ckpt);
+  const EngineConfig sb_int8 = options_engine_config(sb, m, kv_tokens);
+  runs.push_back(replay_once("state_bound_bf16", sb_bf16, reqs));
+  runs.push_back(replay_once("state_bound_int8", sb_int8, reqs));
 
   // ---- results ----------------------------------------------------------------------------------
   const std::string g = "replay";
@@ -311,9 +330,13 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   const double unb = summary.get("replay.unbounded.token_hit_rate");
   summary.set("replay.unbounded_over_trace_token_reuse",
               reuse.token_fraction() > 0 ? unb / reuse.token_fraction() : 0.0);
+  summary.set("replay.unbounded_excess_over_trace_token_reuse", unb - reuse.token_fraction());
   summary.set(
       "replay.int8_minus_bf16.token_hit_rate",
       summary.get("replay.int8.token_hit_rate") - summary.get("replay.bf16.token_hit_rate"));
+  summary.set("replay.state_bound.int8_minus_bf16.token_hit_rate",
+              summary.get("replay.state_bound_int8.token_hit_rate") -
+                  summary.get("replay.state_bound_bf16.token_hit_rate"));
 
   // ---- match + insert benchmark (bookkeeping, one core) -----------------------------------------
   double secs = 0.0;
@@ -324,6 +347,7 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
                     "tokens per second");
   summary.set("replay.bench.match_insert_tokens_per_s", tps);
   summary.set("replay.bench.unbounded_replay_s", runs[2].wall_s);
+  summary.set("replay.bench.bf16_replay_s", runs[0].wall_s);
   fmt::print(
       "replay: bench: match + insert of {} prompt tokens in {:.2f} s = {:.3g} tokens/s; whole "
       "unbounded replay "

@@ -111,4 +111,20 @@ Int8Split int8_split_at_equal_memory(int64_t bf16_active, const SlotBytes& act,
   return s;
 }
 
+Int8Split int8_split_for_running(int64_t bf16_active, int64_t active_needed, const SlotBytes& act,
+                                 const SlotBytes& ckpt) {
+  if (active_needed < 1 || active_needed >= bf16_active)
+    fail("int8 split: {} active slots needed, the single-pool run has {}", active_needed,
+         bf16_active);
+  Int8Split s;
+  const uint64_t a = act.total(), c = ckpt.total();
+  s.budget = (static_cast<uint64_t>(bf16_active) + 1) * a;
+  s.active = active_needed;
+  const uint64_t left = s.budget - (static_cast<uint64_t>(active_needed) + 1) * a;
+  if (left < 2 * c) fail("int8 split: no memory left for checkpoint slots");
+  s.ckpt = static_cast<int64_t>(left / c) - 1;
+  s.bytes = (static_cast<uint64_t>(s.active) + 1) * a + (static_cast<uint64_t>(s.ckpt) + 1) * c;
+  return s;
+}
+
 }  // namespace statecheck

@@ -103,4 +103,11 @@ struct Int8Split {
 Int8Split int8_split_at_equal_memory(int64_t bf16_active, const SlotBytes& act,
                                      const SlotBytes& ckpt);
 
+// int8 mode at the memory of a single-pool run with `bf16_active` slots when the running cap is
+// fixed: the active pool gets exactly `active_needed` slots (the running requests' live and
+// tracking slots) and the checkpoint pool the rest: C = floor(((A_bf16 + 1) act - (A + 1) act) /
+// ckpt) - 1. Throws statecheck::Error when nothing is left for checkpoints.
+Int8Split int8_split_for_running(int64_t bf16_active, int64_t active_needed, const SlotBytes& act,
+                                 const SlotBytes& ckpt);
+
 }  // namespace statecheck
