@@ -213,6 +213,7 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           d_o.fill_bytes(0xFF);
           GatedDeltaPoolArgs a;
           a.num_seqs = B, a.H = sh.H, a.HV = sh.HV, a.dk = dk, a.dv = dv, a.gate = sh.gate, a.state_dtype = dt;
+          a.max_seq_len = T;
           a.state_pool = dt == PoolDtype::fp32 ? static_cast<void*>(d_pool32.data()) : static_cast<void*>(d_pool16.data());
           a.pool_slots = slots;
           a.slot_ids = d_ids.data(), a.cu_seqlens = d_cu.data(), a.q = d_q.data(), a.k = d_k.data(), a.v = d_v.data();

@@ -79,7 +79,7 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
       a.state_dtype = PoolDtype::fp32, a.state_pool = pool.data(), a.pool_slots = 4;
       a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data(), a.beta = beta.data();
       if (Tp > 0) {
-        a.slot_ids = d_one.data(), a.cu_seqlens = d_cu_pre.data(), a.o = nullptr;
+        a.slot_ids = d_one.data(), a.cu_seqlens = d_cu_pre.data(), a.o = nullptr, a.max_seq_len = Tp;
         gated_delta_pool(a);
       }
       // Reference decode on a copy of the prefilled state (slot 3).
@@ -88,7 +88,7 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
       const size_t off = static_cast<size_t>(Tp);
       d.q = q.data() + off * shape.H * dk, d.k = k.data() + off * shape.H * dk, d.v = v.data() + off * HV * dv;
       d.g = g.data() + off * shape.gate_width(), d.beta = beta.data() + off * HV;
-      d.cu_seqlens = d_cu_dec.data(), d.slot_ids = d_three.data(), d.o = o_ref.data();
+      d.cu_seqlens = d_cu_dec.data(), d.slot_ids = d_three.data(), d.o = o_ref.data(), d.max_seq_len = Td;
       gated_delta_pool(d);
       STATECHECK_CUDA_CHECK(cudaMemcpy(host_state.data(), pool.data() + slot, slot * 4, cudaMemcpyDeviceToHost));
       const std::vector<uint16_t> o_ref_host = o_ref.download();

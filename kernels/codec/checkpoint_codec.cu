@@ -69,6 +69,29 @@ __device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float* out) {
 __device__ __forceinline__ uint8_t fp8_encode(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
+
+// rint(x / s) with x / s the correctly rounded fp32 quotient, as the CPU codec computes it, without
+// paying an IEEE division per element: r = x * inv (inv = 1/s rounded) is within a few ulp of the
+// quotient (two roundings of relative size 2^-24 each); when r is farther than 16 ulp from a
+// half-integer both round to the same integer, otherwise (about one element in 10^5) the exact
+// division decides. Same result bit for bit, division only on the rare ties.
+__device__ __forceinline__ float rint_quotient(float x, float s, float inv) {
+  const float r = x * inv;
+  const float frac = r - floorf(r);
+  const float margin = 16.0f * 1.1920929e-7f * fmaxf(fabsf(r), 1.0f);
+  if (fabsf(frac - 0.5f) <= margin) return rintf(__fdiv_rn(x, s));
+  return rintf(r);
+}
+
+// E4M3(x / s) with the correctly rounded quotient, the same way: E4M3 rounding is monotone in the
+// value, so if both ends of r (1 -+ 16 ulp) encode alike, so does the quotient between them.
+__device__ __forceinline__ uint8_t fp8_encode_quotient(float x, float s, float inv) {
+  const float r = x * inv;
+  const float d = 16.0f * 1.1920929e-7f;
+  const uint8_t lo = fp8_encode(r * (1.0f - d)), hi = fp8_encode(r * (1.0f + d));
+  if (lo == hi) return lo;
+  return fp8_encode(__fdiv_rn(x, s));
+}
 __device__ __forceinline__ float fp8_decode(uint8_t c) {
   const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3);
   return __half2float(__half(h));
@@ -87,6 +110,69 @@ template <>
 struct CkptValue<Kind::fp8> { using T = uint8_t; };
 template <>
 struct CkptValue<Kind::fp8_raw> { using T = uint8_t; };
+
+// 16 checkpoint values from p (16-byte aligned) as fp32, before scaling: int8 codes, E4M3 codes,
+// bf16 or fp32 values.
+template <typename ValueT, Kind K>
+__device__ __forceinline__ void load16(const ValueT* p, float* out) {
+  if constexpr (sizeof(ValueT) == 1) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      if constexpr (K == Kind::int8) out[e] = static_cast<float>(static_cast<int>(static_cast<int8_t>(b[e])));
+      else out[e] = fp8_decode(b[e]);
+    }
+  } else if constexpr (sizeof(ValueT) == 2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(p + 8 * h);
+      const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(b[e]);
+        out[8 * h + 2 * e] = f.x, out[8 * h + 2 * e + 1] = f.y;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const float4 f = *reinterpret_cast<const float4*>(p + 4 * h);
+      out[4 * h] = f.x, out[4 * h + 1] = f.y, out[4 * h + 2] = f.z, out[4 * h + 3] = f.w;
+    }
+  }
+}
+
+template <typename ScaleT>
+__device__ __forceinline__ void load16_scales(const ScaleT* p, float* out) {
+  if constexpr (sizeof(ScaleT) == 4) {
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const float4 f = *reinterpret_cast<const float4*>(p + 4 * h);
+      out[4 * h] = f.x, out[4 * h + 1] = f.y, out[4 * h + 2] = f.z, out[4 * h + 3] = f.w;
+    }
+  } else {
+    load16<ScaleT, Kind::bf16>(p, out);
+  }
+}
+
+template <typename ActiveT>
+__device__ __forceinline__ void store16(ActiveT* p, const float* v) {
+  if constexpr (sizeof(ActiveT) == 4) {
+#pragma unroll
+    for (int h = 0; h < 4; ++h)
+      *reinterpret_cast<float4*>(p + 4 * h) = make_float4(v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]);
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint4 raw;
+      __nv_bfloat162* b = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) b[e] = __floats2bfloat162_rn(v[8 * h + 2 * e], v[8 * h + 2 * e + 1]);
+      *reinterpret_cast<uint4*>(p + 8 * h) = raw;
+    }
+  }
+}
 
 struct Job {
   int pair, layer, part;  // part < HV: a head; else a conv chunk
@@ -146,6 +232,7 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
   constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
   __shared__ float part_amax[kScaled ? kWarps : 1][kScaled ? 256 : 1];
   __shared__ float col_scale[kScaled ? 256 : 1];
+  __shared__ float col_inv[kScaled ? 256 : 1];
   __shared__ int bad;
 
   const Job job = decode_job(p.HV, p.conv_blocks, p.L);
@@ -224,6 +311,7 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
       const ScaleT s = from_float<ScaleT>(fmaxf(m, 1e-8f) / kCodeMax);
       scales[j] = s;
       col_scale[j] = to_float<ScaleT>(s);
+      col_inv[j] = 1.0f / col_scale[j];
     }
     __syncthreads();
   }
@@ -240,11 +328,11 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
       for (int e = 0; e < VEC; ++e) {
         const float v = x[r][c * VEC + e];
         if constexpr (K == Kind::int8) {
-          float q = rintf(v / col_scale[j0 + e]);
+          float q = rint_quotient(v, col_scale[j0 + e], col_inv[j0 + e]);
           q = fminf(fmaxf(q, -127.0f), 127.0f);
           out[e] = static_cast<int8_t>(static_cast<int>(q));
         } else if constexpr (K == Kind::fp8) {
-          out[e] = fp8_encode(v / col_scale[j0 + e]);
+          out[e] = fp8_encode_quotient(v, col_scale[j0 + e], col_inv[j0 + e]);
         } else if constexpr (K == Kind::fp8_raw) {
           out[e] = fp8_encode(v);
         } else {
@@ -300,6 +388,32 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   const ScaleT* scales = kScaled ? reinterpret_cast<const ScaleT*>(p.src_scales) +
                                        ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * p.dk
                                  : nullptr;
+  if (p.dk % 16 == 0) {
+    // Fast path: 16 consecutive elements (one key-channel run of a row) per thread and step,
+    // two steps' loads issued before any use; 16-byte vector loads and stores throughout.
+    const int nvec = static_cast<int>(head / 16);
+    for (int base = threadIdx.x; base < nvec; base += 2 * blockDim.x) {
+      float vals[2][16];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int vi = base + u * blockDim.x;
+        if (vi < nvec) load16<ValueT, K>(src + static_cast<size_t>(vi) * 16, vals[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int vi = base + u * blockDim.x;
+        if (vi >= nvec) continue;
+        if constexpr (kScaled) {
+          float sc[16];
+          load16_scales<ScaleT>(scales + (static_cast<size_t>(vi) * 16) % p.dk, sc);
+#pragma unroll
+          for (int e = 0; e < 16; ++e) vals[u][e] *= sc[e];
+        }
+        store16<ActiveT>(dst + static_cast<size_t>(vi) * 16, vals[u]);
+      }
+    }
+    return;
+  }
   const bool vec4 = p.dk % 4 == 0;
   const size_t step = static_cast<size_t>(blockDim.x) * (vec4 ? 4 : 1);
   for (size_t e0 = static_cast<size_t>(threadIdx.x) * (vec4 ? 4 : 1); e0 < head; e0 += step) {

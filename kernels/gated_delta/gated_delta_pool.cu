@@ -196,6 +196,175 @@ __global__ void __launch_bounds__(kWarps * 32) gated_delta_pool_kernel(Params p)
   }
 }
 
+// Token inputs one lane needs, loaded one token ahead of their use (software pipelining).
+template <int NCH, bool KDA>
+struct TokenRegs {
+  float q[NCH * 4], k[NCH * 4], g[KDA ? NCH * 4 : 1], v[2], beta;
+};
+
+__device__ __forceinline__ void load_bf16x4(const __nv_bfloat16* p, float* out) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
+}
+
+// Sum over the 8 lanes that share a row (lanes differing in their low 3 bits).
+__device__ __forceinline__ float row_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  x += __shfl_xor_sync(0xffffffffu, x, 4);
+  return x;
+}
+
+// Fast layout for d_k = 32 * NCH (32, 64, 128, 256): 8 lanes per state row, 4 rows per warp
+// instruction; lane l owns rows row0 + (l >> 3) + 4 i (i = 0, 1) and key columns
+// c * 32 + (l & 7) * 4 + e, so every warp load or store is four full 128-byte row segments and a
+// row dot product is a 3-step shuffle among 8 lanes (both rows' reductions are independent and
+// interleave). Grid and semantics as gated_delta_pool_kernel; inputs of token t + 1 are loaded
+// while token t is computed.
+template <int NCH, bool KDA, typename StateT, bool PREFETCH>
+__global__ void __launch_bounds__(kWarps * 32, PREFETCH ? 3 : 4) gated_delta_pool_rows8_kernel(Params p) {
+  constexpr int NCOL = NCH * 4;
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.z * kWarps + warp) * kRowsPerWarp + (lane >> 3);
+  const int sub = lane & 7;
+  const int dk = NCH * 32, dv = p.dv;
+  const int kh = h / (p.HV / p.H);
+  const int slot = p.slot_ids[seq];
+  StateT* S = reinterpret_cast<StateT*>(p.pool) + (static_cast<size_t>(slot) * p.HV + h) * dv * dk;
+  const int rows[2] = {row0, row0 + 4};
+  const bool row_ok[2] = {rows[0] < dv, rows[1] < dv};
+
+  float s[2][NCOL];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      if (row_ok[i]) {
+        load_state<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[i][c * 4 + e] = 0.0f;
+      }
+    }
+
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  auto load_token = [&](int t, TokenRegs<NCH, KDA>& r) {
+    const __nv_bfloat16* qt = p.q + (static_cast<size_t>(t) * p.H + kh) * dk;
+    const __nv_bfloat16* kt = p.k + (static_cast<size_t>(t) * p.H + kh) * dk;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      load_bf16x4(qt + c * 32 + sub * 4, &r.q[c * 4]);
+      load_bf16x4(kt + c * 32 + sub * 4, &r.k[c * 4]);
+    }
+    if constexpr (KDA) {
+      const float* gt = p.g + (static_cast<size_t>(t) * p.HV + h) * dk;
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) {
+        const float4 x = *reinterpret_cast<const float4*>(gt + c * 32 + sub * 4);
+        r.g[c * 4] = x.x, r.g[c * 4 + 1] = x.y, r.g[c * 4 + 2] = x.z, r.g[c * 4 + 3] = x.w;
+      }
+    } else {
+      r.g[0] = p.g[static_cast<size_t>(t) * p.HV + h];
+    }
+    const __nv_bfloat16* vt = p.v + (static_cast<size_t>(t) * p.HV + h) * dv;
+    r.v[0] = row_ok[0] ? __bfloat162float(vt[rows[0]]) : 0.0f;
+    r.v[1] = row_ok[1] ? __bfloat162float(vt[rows[1]]) : 0.0f;
+    r.beta = p.beta[static_cast<size_t>(t) * p.HV + h];
+  };
+
+  TokenRegs<NCH, KDA> cur, nxt;
+  if (t0 < t1) load_token(t0, cur);
+  for (int t = t0; t < t1; ++t) {
+    if constexpr (PREFETCH) {
+      if (t + 1 < t1) load_token(t + 1, nxt);
+    }
+    float qsum = 0.0f, ksum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NCOL; ++i) {
+      qsum += cur.q[i] * cur.q[i];
+      ksum += cur.k[i] * cur.k[i];
+    }
+    float qscale = p.scale, kscale = 1.0f;
+    if (p.qk_l2norm) {
+      qscale = p.scale / sqrtf(row_sum(qsum) + 1e-6f);
+      kscale = 1.0f / sqrtf(row_sum(ksum) + 1e-6f);
+    }
+    // Normalised q, k and the decay, in place in the token registers.
+    float* kk = cur.k;
+    float* qq = cur.q;
+    const float a = KDA ? 0.0f : expf(cur.g[0]);
+#pragma unroll
+    for (int i = 0; i < NCOL; ++i) {
+      kk[i] *= kscale;
+      qq[i] *= qscale;
+      if constexpr (KDA) cur.g[i] = expf(cur.g[i]);
+    }
+    const float* dec_k = cur.g;  // KDA: per column; GDN: use `a`
+    float part[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      part[r] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NCOL; ++i) {
+        s[r][i] *= KDA ? dec_k[KDA ? i : 0] : a;
+        part[r] += s[r][i] * kk[i];
+      }
+    }
+    const float u0 = row_sum(part[0]), u1 = row_sum(part[1]);
+    const float w[2] = {cur.beta * (cur.v[0] - u0), cur.beta * (cur.v[1] - u1)};
+    float out[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      out[r] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NCOL; ++i) {
+        s[r][i] += w[r] * kk[i];
+        out[r] += s[r][i] * qq[i];
+      }
+    }
+    const float o0 = row_sum(out[0]), o1 = row_sum(out[1]);
+    if (p.o && sub == 0) {
+      __nv_bfloat16* ot = p.o + (static_cast<size_t>(t) * p.HV + h) * dv;
+      if (row_ok[0]) ot[rows[0]] = __float2bfloat16_rn(o0);
+      if (row_ok[1]) ot[rows[1]] = __float2bfloat16_rn(o1);
+    }
+    if constexpr (PREFETCH) {
+      if (t + 1 < t1) cur = nxt;
+    } else {
+      if (t + 1 < t1) load_token(t + 1, cur);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+    if (row_ok[i])
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) store_state<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
+}
+
+template <int NCH, bool PREFETCH>
+void launch_rows8_variant(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
+  const dim3 grid(a.num_seqs, a.HV, (a.dv + kRowsPerBlock - 1) / kRowsPerBlock);
+  const dim3 block(kWarps * 32);
+  const bool kda = a.gate == GateKind::kda;
+  const bool f32 = a.state_dtype == PoolDtype::fp32;
+  if (kda && f32) gated_delta_pool_rows8_kernel<NCH, true, float, PREFETCH><<<grid, block, 0, stream>>>(p);
+  else if (kda) gated_delta_pool_rows8_kernel<NCH, true, __nv_bfloat16, PREFETCH><<<grid, block, 0, stream>>>(p);
+  else if (f32) gated_delta_pool_rows8_kernel<NCH, false, float, PREFETCH><<<grid, block, 0, stream>>>(p);
+  else gated_delta_pool_rows8_kernel<NCH, false, __nv_bfloat16, PREFETCH><<<grid, block, 0, stream>>>(p);
+}
+
+// Decode launches (every sequence one token, max_seq_len == 1) take the variant without the
+// one-token-ahead input registers: fewer registers, more blocks per SM.
+template <int NCH>
+void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
+  if (a.max_seq_len == 1) launch_rows8_variant<NCH, false>(a, p, stream);
+  else launch_rows8_variant<NCH, true>(a, p, stream);
+}
+
 template <int VEC, int NCHUNK>
 void launch_shape(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
   const dim3 grid(a.num_seqs, a.HV, (a.dv + kRowsPerBlock - 1) / kRowsPerBlock);
@@ -232,7 +401,11 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   p.g = a.g;
   p.beta = a.beta;
   p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
-  if (a.dk % 4 == 0 && a.dk <= 128) launch_shape<4, 1>(a, p, stream);
+  if (a.dk == 128) launch_rows8<4>(a, p, stream);
+  else if (a.dk == 64) launch_rows8<2>(a, p, stream);
+  else if (a.dk == 256) launch_rows8<8>(a, p, stream);
+  else if (a.dk == 32) launch_rows8<1>(a, p, stream);
+  else if (a.dk % 4 == 0 && a.dk <= 128) launch_shape<4, 1>(a, p, stream);
   else if (a.dk % 4 == 0) launch_shape<4, 2>(a, p, stream);
   else if (a.dk <= 128) launch_shape<1, 4>(a, p, stream);
   else launch_shape<1, 8>(a, p, stream);

@@ -54,6 +54,9 @@ struct GatedDeltaPoolArgs {
   const float* g = nullptr;
   const float* beta = nullptr;
   uint16_t* o = nullptr;
+  // Optional hint: the longest sequence of the launch in tokens (0: unknown). 1 selects the
+  // decode variant of the kernel (no input prefetch, fewer registers); results are identical.
+  int max_seq_len = 0;
 };
 
 // Launches the kernel on `stream`. Throws statecheck::Error on invalid shapes (H, HV, d_k, d_v

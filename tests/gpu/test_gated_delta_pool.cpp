@@ -86,6 +86,8 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
 
   GatedDeltaPoolArgs a;
   a.num_seqs = static_cast<int>(ref.slot_ids.size());
+  // Decode batches pass the one-token hint (decode variant); varlen batches pass none (0).
+  a.max_seq_len = *std::max_element(c.lengths.begin(), c.lengths.end()) == 1 ? 1 : 0;
   a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
   a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data()) : static_cast<void*>(pool16.data());
   a.pool_slots = 12;
