@@ -24,6 +24,19 @@ StateDtypes options_dtypes(const Options& o) {
   return d;
 }
 
+BudgetInputs options_budget_inputs(const Options& o, bool with_pools) {
+  BudgetInputs bi;
+  bi.gpu_mem_gib = o.gpu_mem_gib;
+  bi.mem_fraction = o.mem_fraction;
+  bi.weights_gib = o.weights_gib;
+  if (with_pools) {
+    if (o.active_slots < 1) fail("--active-slots must be >= 1, got {}", o.active_slots);
+    bi.active_slots = o.active_slots;
+    bi.ckpt_slots = o.ckpt_slots > 0 ? o.ckpt_slots : 2 * o.active_slots;
+  }
+  return bi;
+}
+
 CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens) {
   const StateDtypes d = options_dtypes(o);
   CacheConfig c;

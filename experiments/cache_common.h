@@ -20,6 +20,11 @@ PayloadShape model_payload_shape(const ModelConfig& m);
 // State dtypes from --temporal-dtype, --scale-dtype (default: the temporal dtype), --conv-dtype.
 StateDtypes options_dtypes(const Options& o);
 
+// Budget inputs from --gpu-mem-gib, --mem-fraction, --weights-gib and, with `with_pools`, the pool
+// sizes --active-slots and --ckpt-slots (0: 2A); without, the active pool comes from SGLang's ratio
+// split and there is no checkpoint pool.
+BudgetInputs options_budget_inputs(const Options& o, bool with_pools);
+
 // Cache configuration from the options: --mode, --strategy, --active-slots, --ckpt-slots (0: 2A),
 // --chunk-granularity, --track-interval, --no-payload, dtypes; `kv_tokens` as given.
 CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens);

@@ -37,12 +37,7 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
   const int parallel = 8;
   // KV budget of the model at these pool sizes (correct accounting), so that KV never binds.
   const StateDtypes dt = options_dtypes(o);
-  BudgetInputs bi;
-  bi.gpu_mem_gib = o.gpu_mem_gib;
-  bi.mem_fraction = o.mem_fraction;
-  bi.weights_gib = o.weights_gib;
-  bi.active_slots = o.active_slots;
-  bi.ckpt_slots = o.ckpt_slots > 0 ? o.ckpt_slots : 2 * o.active_slots;
+  const BudgetInputs bi = options_budget_inputs(o, true);
   const Budget budget = compute_budget(m, dt, bi);
   const int64_t kv_tokens = budget.kv_tokens_correct;
 

@@ -26,12 +26,7 @@ void run_firecount(const Options& o, const ModelConfig& m, H5Writer& file, Summa
   p.questions = o.quick ? 100 : 300;
   p.seed = o.seed;
   const StateDtypes dt = options_dtypes(o);
-  BudgetInputs bi;
-  bi.gpu_mem_gib = o.gpu_mem_gib;
-  bi.mem_fraction = o.mem_fraction;
-  bi.weights_gib = o.weights_gib;
-  bi.active_slots = o.active_slots;
-  bi.ckpt_slots = o.ckpt_slots > 0 ? o.ckpt_slots : 2 * o.active_slots;
+  const BudgetInputs bi = options_budget_inputs(o, true);
   const int64_t kv_tokens = compute_budget(m, dt, bi).kv_tokens_correct;
   // The first requests cannot hit: the first batch of `parallel` requests all miss, and the next
   // batch is admitted before any of them has cached the branching point.

@@ -52,18 +52,9 @@ struct ModelMemory {
 };
 
 ModelMemory model_memory(const ModelConfig& m, const StateDtypes& dt, const Options& o) {
-  BudgetInputs bi;
-  bi.gpu_mem_gib = o.gpu_mem_gib;
-  bi.mem_fraction = o.mem_fraction;
-  bi.weights_gib = o.weights_gib;
-  bi.active_slots = o.active_slots;
-  bi.ckpt_slots = o.ckpt_slots > 0 ? o.ckpt_slots : 2 * o.active_slots;
-  ModelMemory mm{m, compute_budget(m, dt, bi), {}};
-  BudgetInputs ai = bi;
-  ai.active_slots = 0;
-  ai.ckpt_slots = 0;
-  mm.auto_budget = compute_budget(m, dt, ai);
-  return mm;
+  const BudgetInputs bi = options_budget_inputs(o, true);
+  return ModelMemory{m, compute_budget(m, dt, bi),
+                     compute_budget(m, dt, options_budget_inputs(o, false))};
 }
 
 void write_model(H5Writer& f, const std::string& g, const ModelMemory& mm) {

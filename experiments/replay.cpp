@@ -162,10 +162,7 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
 
   // ---- memory budget ----------------------------------------------------------------------------
   const StateDtypes dt = options_dtypes(o);
-  BudgetInputs bi;
-  bi.gpu_mem_gib = o.gpu_mem_gib;
-  bi.mem_fraction = o.mem_fraction;
-  bi.weights_gib = o.weights_gib;
+  const BudgetInputs bi = options_budget_inputs(o, false);
   const Budget bf16_budget = compute_budget(m, dt, bi);  // A from the ratio split
   const int64_t A_bf16 = bf16_budget.active.slots;
   const Int8Split split =
