@@ -111,66 +111,40 @@ struct CkptValue<Kind::fp8> { using T = uint8_t; };
 template <>
 struct CkptValue<Kind::fp8_raw> { using T = uint8_t; };
 
-// 16 checkpoint values from p (16-byte aligned) as fp32, before scaling: int8 codes, E4M3 codes,
-// bf16 or fp32 values.
+// 4 checkpoint values from p as fp32, before scaling: int8 codes, E4M3 codes, bf16 or fp32 values
+// (one 4-, 8- or 16-byte load; p is aligned to 4 elements).
 template <typename ValueT, Kind K>
-__device__ __forceinline__ void load16(const ValueT* p, float* out) {
+__device__ __forceinline__ void load4(const ValueT* p, float* out) {
   if constexpr (sizeof(ValueT) == 1) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+    const uchar4 c = *reinterpret_cast<const uchar4*>(p);
+    const uint8_t b[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
-    for (int e = 0; e < 16; ++e) {
+    for (int e = 0; e < 4; ++e) {
       if constexpr (K == Kind::int8) out[e] = static_cast<float>(static_cast<int>(static_cast<int8_t>(b[e])));
       else out[e] = fp8_decode(b[e]);
     }
   } else if constexpr (sizeof(ValueT) == 2) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(p + 8 * h);
-      const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = __bfloat1622float2(b[e]);
-        out[8 * h + 2 * e] = f.x, out[8 * h + 2 * e + 1] = f.y;
-      }
-    }
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
   } else {
-#pragma unroll
-    for (int h = 0; h < 4; ++h) {
-      const float4 f = *reinterpret_cast<const float4*>(p + 4 * h);
-      out[4 * h] = f.x, out[4 * h + 1] = f.y, out[4 * h + 2] = f.z, out[4 * h + 3] = f.w;
-    }
-  }
-}
-
-template <typename ScaleT>
-__device__ __forceinline__ void load16_scales(const ScaleT* p, float* out) {
-  if constexpr (sizeof(ScaleT) == 4) {
-#pragma unroll
-    for (int h = 0; h < 4; ++h) {
-      const float4 f = *reinterpret_cast<const float4*>(p + 4 * h);
-      out[4 * h] = f.x, out[4 * h + 1] = f.y, out[4 * h + 2] = f.z, out[4 * h + 3] = f.w;
-    }
-  } else {
-    load16<ScaleT, Kind::bf16>(p, out);
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    out[0] = f.x, out[1] = f.y, out[2] = f.z, out[3] = f.w;
   }
 }
 
 template <typename ActiveT>
-__device__ __forceinline__ void store16(ActiveT* p, const float* v) {
+__device__ __forceinline__ void store4(ActiveT* p, const float* v) {
   if constexpr (sizeof(ActiveT) == 4) {
-#pragma unroll
-    for (int h = 0; h < 4; ++h)
-      *reinterpret_cast<float4*>(p + 4 * h) = make_float4(v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]);
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
   } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint4 raw;
-      __nv_bfloat162* b = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) b[e] = __floats2bfloat162_rn(v[8 * h + 2 * e], v[8 * h + 2 * e + 1]);
-      *reinterpret_cast<uint4*>(p + 8 * h) = raw;
-    }
+    const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(v[2], v[3]);
+    uint2 raw;
+    raw.x = *reinterpret_cast<const uint32_t*>(&a);
+    raw.y = *reinterpret_cast<const uint32_t*>(&b);
+    *reinterpret_cast<uint2*>(p) = raw;
   }
 }
 
@@ -364,6 +338,118 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
   }
 }
 
+// Store for the scaled codecs (int8, fp8_e4m3) with d_k % 4 == 0 and d_k <= 128: two streaming
+// passes over the head instead of holding it in registers. Pass 1 reads the head (from device
+// memory) for the column amax; pass 2 re-reads it (from L2, where pass 1 just left it) to
+// quantize. Small register footprint, so 3 blocks (3 heads) per SM are in flight instead of 2;
+// the bytes read from device memory are the same. Block: 8 warps; warp w owns rows w + 8 i, lane
+// l owns columns 4 l .. 4 l + 3. Results identical to store_kernel (same per-element arithmetic).
+template <typename ActiveT, Kind K, typename ScaleT>
+__global__ void __launch_bounds__(256, 3) store_stream_kernel(CodecParams p) {
+  constexpr int kW = 8, kUnroll = 8;
+  constexpr float kCodeMax = K == Kind::int8 ? 127.0f : 448.0f;
+  __shared__ float part_amax[kW][128];
+  __shared__ float col_scale[128], col_inv[128];
+  __shared__ int bad;
+  const Job job = decode_job(p.HV, p.conv_blocks, p.L);
+  const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
+  if (job.part >= p.HV) {
+    if (p.conv_elems > 0) {
+      copy_conv_chunk(p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
+                      p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
+                      p.conv_elems, job.part - p.HV);
+    }
+    return;
+  }
+  const int h = job.part;
+  const size_t head = static_cast<size_t>(p.dv) * p.dk;
+  const ActiveT* src = reinterpret_cast<const ActiveT*>(p.src_temporal) +
+                       ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head;
+  using ValueT = typename CkptValue<K>::T;
+  ValueT* dst = reinterpret_cast<ValueT*>(p.dst_temporal) +
+                ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j0 = lane * 4;
+  const bool col_ok = j0 < p.dk;
+  if (threadIdx.x == 0) bad = -1;
+  __syncthreads();
+
+  float amax[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int first_bad = -1;
+  for (int r0 = warp; r0 < p.dv; r0 += kW * kUnroll) {
+    float v[kUnroll][4];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int row = r0 + u * kW;
+      if (row < p.dv && col_ok) load_vec<4>(src + static_cast<size_t>(row) * p.dk + j0, v[u]);
+      else v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (!isfinite(v[u][e]) && first_bad < 0) first_bad = (r0 + u * kW) * p.dk + j0 + e;
+        amax[e] = fmaxf(amax[e], fabsf(v[u][e]));
+      }
+  }
+  if (first_bad >= 0) atomicMax(&bad, first_bad);
+  if (col_ok)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) part_amax[warp][j0 + e] = amax[e];
+  __syncthreads();
+  if (bad >= 0) {
+    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+      p.error_info[1] = job.layer;
+      p.error_info[2] = h;
+      p.error_info[3] = bad;
+    }
+    return;
+  }
+  ScaleT* scales = reinterpret_cast<ScaleT*>(p.dst_scales) +
+                   ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * p.dk;
+  if (threadIdx.x < p.dk) {
+    const int j = threadIdx.x;
+    float m = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) m = fmaxf(m, part_amax[w][j]);
+    const ScaleT sc = from_float<ScaleT>(fmaxf(m, 1e-8f) / kCodeMax);
+    scales[j] = sc;
+    col_scale[j] = to_float<ScaleT>(sc);
+    col_inv[j] = 1.0f / col_scale[j];
+  }
+  __syncthreads();
+  if (!col_ok) return;
+  float sc[4], inv[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) sc[e] = col_scale[j0 + e], inv[e] = col_inv[j0 + e];
+  for (int r0 = warp; r0 < p.dv; r0 += kW * kUnroll) {
+    float v[kUnroll][4];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int row = r0 + u * kW;
+      if (row < p.dv) load_vec<4>(src + static_cast<size_t>(row) * p.dk + j0, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int row = r0 + u * kW;
+      if (row >= p.dv) continue;
+      uchar4 packed;
+      uint8_t b[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (K == Kind::int8) {
+          const float q = fminf(fmaxf(rint_quotient(v[u][e], sc[e], inv[e]), -127.0f), 127.0f);
+          b[e] = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(q)));
+        } else {
+          b[e] = fp8_encode_quotient(v[u][e], sc[e], inv[e]);
+        }
+      }
+      packed.x = b[0], packed.y = b[1], packed.z = b[2], packed.w = b[3];
+      *reinterpret_cast<uchar4*>(dst + static_cast<size_t>(row) * p.dk + j0) = packed;
+    }
+  }
+}
+
 // Load: one block per (pair, layer, head) decodes a head, elementwise; extra blocks copy conv.
 template <typename ActiveT, Kind K, typename ScaleT>
 __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
@@ -388,28 +474,29 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   const ScaleT* scales = kScaled ? reinterpret_cast<const ScaleT*>(p.src_scales) +
                                        ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * p.dk
                                  : nullptr;
-  if (p.dk % 16 == 0) {
-    // Fast path: 16 consecutive elements (one key-channel run of a row) per thread and step,
-    // two steps' loads issued before any use; 16-byte vector loads and stores throughout.
-    const int nvec = static_cast<int>(head / 16);
-    for (int base = threadIdx.x; base < nvec; base += 2 * blockDim.x) {
-      float vals[2][16];
+  if (p.dk % 4 == 0) {
+    // Fast path: quads of 4 consecutive elements; quad q of a thread is threadIdx.x + u * blockDim.x,
+    // so every warp access is one contiguous run (4-byte codes, 16-byte fp32 or 8-byte bf16
+    // stores). Up to kQuads quads per thread are loaded before any is converted (ILP).
+    constexpr int kQuads = 8;
+    const int nquads = static_cast<int>(head / 4);
+    for (int base = threadIdx.x; base < nquads; base += kQuads * blockDim.x) {
+      float vals[kQuads][4];
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int vi = base + u * blockDim.x;
-        if (vi < nvec) load16<ValueT, K>(src + static_cast<size_t>(vi) * 16, vals[u]);
+      for (int u = 0; u < kQuads; ++u) {
+        const int qi = base + u * blockDim.x;
+        if (qi < nquads) load4<ValueT, K>(src + static_cast<size_t>(qi) * 4, vals[u]);
       }
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int vi = base + u * blockDim.x;
-        if (vi >= nvec) continue;
+      for (int u = 0; u < kQuads; ++u) {
+        const int qi = base + u * blockDim.x;
+        if (qi >= nquads) continue;
         if constexpr (kScaled) {
-          float sc[16];
-          load16_scales<ScaleT>(scales + (static_cast<size_t>(vi) * 16) % p.dk, sc);
+          const int j = (qi * 4) % p.dk;
 #pragma unroll
-          for (int e = 0; e < 16; ++e) vals[u][e] *= sc[e];
+          for (int e = 0; e < 4; ++e) vals[u][e] *= to_float<ScaleT>(scales[j + e]);
         }
-        store16<ActiveT>(dst + static_cast<size_t>(vi) * 16, vals[u]);
+        store4<ActiveT>(dst + static_cast<size_t>(qi) * 4, vals[u]);
       }
     }
     return;
@@ -503,6 +590,12 @@ void launch_store_rows(const PoolGeometry& g, const CodecParams& p, int n, cudaS
 
 template <typename ActiveT, Kind K, typename ScaleT>
 void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
+  constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
+  if (kScaled && g.dk % 4 == 0 && g.dk <= 128) {
+    const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
+    store_stream_kernel<ActiveT, K, ScaleT><<<grid, 256, 0, stream>>>(p);
+    return;
+  }
   if (g.dk % 4 == 0 && g.dk <= 128) launch_store_rows<ActiveT, K, ScaleT, 4, 1>(g, p, n, stream);
   else if (g.dk % 4 == 0) launch_store_rows<ActiveT, K, ScaleT, 4, 2>(g, p, n, stream);
   else if (g.dk <= 128) launch_store_rows<ActiveT, K, ScaleT, 1, 4>(g, p, n, stream);

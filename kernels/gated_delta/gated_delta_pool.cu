@@ -197,9 +197,9 @@ __global__ void __launch_bounds__(kWarps * 32) gated_delta_pool_kernel(Params p)
 }
 
 // Token inputs one lane needs, loaded one token ahead of their use (software pipelining).
-template <int NCH, bool KDA>
+template <int NCH, bool KDA, int RPL>
 struct TokenRegs {
-  float q[NCH * 4], k[NCH * 4], g[KDA ? NCH * 4 : 1], v[2], beta;
+  float q[NCH * 4], k[NCH * 4], g[KDA ? NCH * 4 : 1], v[RPL], beta;
 };
 
 __device__ __forceinline__ void load_bf16x4(const __nv_bfloat16* p, float* out) {
@@ -218,28 +218,33 @@ __device__ __forceinline__ float row_sum(float x) {
 }
 
 // Fast layout for d_k = 32 * NCH (32, 64, 128, 256): 8 lanes per state row, 4 rows per warp
-// instruction; lane l owns rows row0 + (l >> 3) + 4 i (i = 0, 1) and key columns
+// instruction; lane l owns rows row0 + (l >> 3) + 4 i (i < RPL) and key columns
 // c * 32 + (l & 7) * 4 + e, so every warp load or store is four full 128-byte row segments and a
-// row dot product is a 3-step shuffle among 8 lanes (both rows' reductions are independent and
-// interleave). Grid and semantics as gated_delta_pool_kernel; inputs of token t + 1 are loaded
-// while token t is computed.
-template <int NCH, bool KDA, typename StateT, bool PREFETCH>
-__global__ void __launch_bounds__(kWarps * 32, PREFETCH ? 3 : 4) gated_delta_pool_rows8_kernel(Params p) {
+// row dot product is a 3-step shuffle among 8 lanes (the RPL rows' reductions are independent and
+// interleave). A block covers 4 warps x 4 RPL rows. Semantics as gated_delta_pool_kernel; with
+// PREFETCH the inputs of token t + 1 are loaded while token t is computed.
+template <int NCH, bool KDA, typename StateT, bool PREFETCH, int RPL>
+__global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4) gated_delta_pool_rows8_kernel(Params p) {
   constexpr int NCOL = NCH * 4;
   const int seq = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.z * kWarps + warp) * kRowsPerWarp + (lane >> 3);
+  const int row0 = (blockIdx.z * kWarps + warp) * (4 * RPL) + (lane >> 3);
   const int sub = lane & 7;
   const int dk = NCH * 32, dv = p.dv;
   const int kh = h / (p.HV / p.H);
   const int slot = p.slot_ids[seq];
   StateT* S = reinterpret_cast<StateT*>(p.pool) + (static_cast<size_t>(slot) * p.HV + h) * dv * dk;
-  const int rows[2] = {row0, row0 + 4};
-  const bool row_ok[2] = {rows[0] < dv, rows[1] < dv};
-
-  float s[2][NCOL];
+  int rows[RPL];
+  bool row_ok[RPL];
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < RPL; ++i) {
+    rows[i] = row0 + 4 * i;
+    row_ok[i] = rows[i] < dv;
+  }
+
+  float s[RPL][NCOL];
+#pragma unroll
+  for (int i = 0; i < RPL; ++i)
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
       if (row_ok[i]) {
@@ -251,7 +256,7 @@ __global__ void __launch_bounds__(kWarps * 32, PREFETCH ? 3 : 4) gated_delta_poo
     }
 
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
-  auto load_token = [&](int t, TokenRegs<NCH, KDA>& r) {
+  auto load_token = [&](int t, TokenRegs<NCH, KDA, RPL>& r) {
     const __nv_bfloat16* qt = p.q + (static_cast<size_t>(t) * p.H + kh) * dk;
     const __nv_bfloat16* kt = p.k + (static_cast<size_t>(t) * p.H + kh) * dk;
 #pragma unroll
@@ -270,12 +275,12 @@ __global__ void __launch_bounds__(kWarps * 32, PREFETCH ? 3 : 4) gated_delta_poo
       r.g[0] = p.g[static_cast<size_t>(t) * p.HV + h];
     }
     const __nv_bfloat16* vt = p.v + (static_cast<size_t>(t) * p.HV + h) * dv;
-    r.v[0] = row_ok[0] ? __bfloat162float(vt[rows[0]]) : 0.0f;
-    r.v[1] = row_ok[1] ? __bfloat162float(vt[rows[1]]) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) r.v[i] = row_ok[i] ? __bfloat162float(vt[rows[i]]) : 0.0f;
     r.beta = p.beta[static_cast<size_t>(t) * p.HV + h];
   };
 
-  TokenRegs<NCH, KDA> cur, nxt;
+  TokenRegs<NCH, KDA, RPL> cur, nxt;
   if (t0 < t1) load_token(t0, cur);
   for (int t = t0; t < t1; ++t) {
     if constexpr (PREFETCH) {
@@ -302,22 +307,20 @@ __global__ void __launch_bounds__(kWarps * 32, PREFETCH ? 3 : 4) gated_delta_poo
       qq[i] *= qscale;
       if constexpr (KDA) cur.g[i] = expf(cur.g[i]);
     }
-    const float* dec_k = cur.g;  // KDA: per column; GDN: use `a`
-    float part[2];
+    float part[RPL], w[RPL], out[RPL];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < RPL; ++r) {
       part[r] = 0.0f;
 #pragma unroll
       for (int i = 0; i < NCOL; ++i) {
-        s[r][i] *= KDA ? dec_k[KDA ? i : 0] : a;
+        s[r][i] *= KDA ? cur.g[KDA ? i : 0] : a;
         part[r] += s[r][i] * kk[i];
       }
     }
-    const float u0 = row_sum(part[0]), u1 = row_sum(part[1]);
-    const float w[2] = {cur.beta * (cur.v[0] - u0), cur.beta * (cur.v[1] - u1)};
-    float out[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < RPL; ++r) w[r] = cur.beta * (cur.v[r] - row_sum(part[r]));
+#pragma unroll
+    for (int r = 0; r < RPL; ++r) {
       out[r] = 0.0f;
 #pragma unroll
       for (int i = 0; i < NCOL; ++i) {
@@ -325,11 +328,13 @@ __global__ void __launch_bounds__(kWarps * 32, PREFETCH ? 3 : 4) gated_delta_poo
         out[r] += s[r][i] * qq[i];
       }
     }
-    const float o0 = row_sum(out[0]), o1 = row_sum(out[1]);
+#pragma unroll
+    for (int r = 0; r < RPL; ++r) out[r] = row_sum(out[r]);
     if (p.o && sub == 0) {
       __nv_bfloat16* ot = p.o + (static_cast<size_t>(t) * p.HV + h) * dv;
-      if (row_ok[0]) ot[rows[0]] = __float2bfloat16_rn(o0);
-      if (row_ok[1]) ot[rows[1]] = __float2bfloat16_rn(o1);
+#pragma unroll
+      for (int r = 0; r < RPL; ++r)
+        if (row_ok[r]) ot[rows[r]] = __float2bfloat16_rn(out[r]);
     }
     if constexpr (PREFETCH) {
       if (t + 1 < t1) cur = nxt;
@@ -339,30 +344,36 @@ __global__ void __launch_bounds__(kWarps * 32, PREFETCH ? 3 : 4) gated_delta_poo
   }
 
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < RPL; ++i)
     if (row_ok[i])
 #pragma unroll
       for (int c = 0; c < NCH; ++c) store_state<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
 }
 
-template <int NCH, bool PREFETCH>
+template <int NCH, bool PREFETCH, int RPL>
 void launch_rows8_variant(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
-  const dim3 grid(a.num_seqs, a.HV, (a.dv + kRowsPerBlock - 1) / kRowsPerBlock);
+  const int rows_per_block = kWarps * 4 * RPL;
+  const dim3 grid(a.num_seqs, a.HV, (a.dv + rows_per_block - 1) / rows_per_block);
   const dim3 block(kWarps * 32);
   const bool kda = a.gate == GateKind::kda;
   const bool f32 = a.state_dtype == PoolDtype::fp32;
-  if (kda && f32) gated_delta_pool_rows8_kernel<NCH, true, float, PREFETCH><<<grid, block, 0, stream>>>(p);
-  else if (kda) gated_delta_pool_rows8_kernel<NCH, true, __nv_bfloat16, PREFETCH><<<grid, block, 0, stream>>>(p);
-  else if (f32) gated_delta_pool_rows8_kernel<NCH, false, float, PREFETCH><<<grid, block, 0, stream>>>(p);
-  else gated_delta_pool_rows8_kernel<NCH, false, __nv_bfloat16, PREFETCH><<<grid, block, 0, stream>>>(p);
+  if (kda && f32) gated_delta_pool_rows8_kernel<NCH, true, float, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
+  else if (kda) gated_delta_pool_rows8_kernel<NCH, true, __nv_bfloat16, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
+  else if (f32) gated_delta_pool_rows8_kernel<NCH, false, float, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
+  else gated_delta_pool_rows8_kernel<NCH, false, __nv_bfloat16, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
 }
 
 // Decode launches (every sequence one token, max_seq_len == 1) take the variant without the
-// one-token-ahead input registers: fewer registers, more blocks per SM.
+// one-token-ahead input registers and with 4 rows per lane (64 rows per block: more loads in
+// flight per thread, half the blocks); longer sequences prefetch inputs with 2 rows per lane.
 template <int NCH>
 void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
-  if (a.max_seq_len == 1) launch_rows8_variant<NCH, false>(a, p, stream);
-  else launch_rows8_variant<NCH, true>(a, p, stream);
+  if (a.max_seq_len == 1) {
+    if constexpr (NCH <= 4) launch_rows8_variant<NCH, false, 4>(a, p, stream);
+    else launch_rows8_variant<NCH, false, 2>(a, p, stream);
+  } else {
+    launch_rows8_variant<NCH, true, 2>(a, p, stream);
+  }
 }
 
 template <int VEC, int NCHUNK>
