@@ -23,6 +23,11 @@
 //      (fp64, from the fp32 logits), and whether the greedy bytes argmax z agree.
 // The forward pass is split-invariant bit for bit (tests/test_tinylm.cpp), so every difference
 // comes from the state.
+//
+// --device cuda (CUDA builds) adds the variant cuda_recurrence: the continuation from the exact
+// fp32 state with every layer's recurrence on the GPU (kernels/gated_delta/gated_delta_pool.h:
+// bf16 q, k, v in, fp32 state, bf16 outputs, as a serving engine runs it); the rest of the model
+// stays the fp32 CPU code. Its KL is the kernel's own effect on the predictions.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -31,11 +36,18 @@
 
 #include "core/codec/codec.h"
 #include "core/metrics/error_metrics.h"
+#include "core/tinylm/logit_metrics.h"
 #include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "core/util/parallel.h"
 #include "core/util/progress.h"
 #include "experiments/experiment.h"
+
+#ifdef STATECHECK_HAVE_CUDA
+#include "core/dtype/bf16.h"
+#include "kernels/common/device.h"
+#include "kernels/gated_delta/gated_delta_pool.h"
+#endif
 
 namespace statecheck {
 
@@ -49,9 +61,50 @@ struct Variant {
   bool chained = false;
   bool bf16_state = false;  // the bf16 state pool baseline
   std::string description;
+  bool cuda = false;  // the GPU recurrence from the exact state (codec: fp32)
 };
 
-std::vector<Variant> kl_variants() {
+#ifdef STATECHECK_HAVE_CUDA
+// One layer's recurrence on the GPU: the pool-indexed kernel on a one-slot fp32 pool holding S;
+// q, k, v rounded to bf16 (the kernel's input dtype), outputs returned as bf16 values.
+RecurrenceFn cuda_layer_recurrence() {
+  return [](const RecurrenceShape& s, const LayerInputs& in, float* S_hvk, float* o_thv) {
+    using namespace statecheck::cuda;
+    auto bits = [](const std::vector<float>& a) {
+      std::vector<uint16_t> out(a.size());
+      for (size_t i = 0; i < a.size(); ++i) out[i] = bf16_bits_from_float(a[i]);
+      return out;
+    };
+    const size_t slot = static_cast<size_t>(s.HV) * s.dv * s.dk;
+    const size_t outputs = static_cast<size_t>(in.T) * s.HV * s.dv;
+    DeviceBuffer<float> pool(slot);
+    STATECHECK_CUDA_CHECK(
+        cudaMemcpy(pool.data(), S_hvk, slot * sizeof(float), cudaMemcpyHostToDevice));
+    DeviceBuffer<uint16_t> q = to_device(bits(in.q)), k = to_device(bits(in.k)),
+                           v = to_device(bits(in.v));
+    DeviceBuffer<float> g = to_device(in.g), beta = to_device(in.beta);
+    DeviceBuffer<int32_t> slots = to_device(std::vector<int32_t>{0});
+    DeviceBuffer<int32_t> cu = to_device(std::vector<int32_t>{0, in.T});
+    DeviceBuffer<uint16_t> o(outputs);
+    o.fill_bytes(0xFF);  // NaN until the kernel writes
+    GatedDeltaPoolArgs a;
+    a.num_seqs = 1, a.H = s.H, a.HV = s.HV, a.dk = s.dk, a.dv = s.dv, a.gate = s.gate;
+    a.qk_l2norm = s.qk_l2norm, a.scale = s.scale, a.state_dtype = PoolDtype::fp32;
+    a.state_pool = pool.data(), a.pool_slots = 1, a.slot_ids = slots.data(),
+    a.cu_seqlens = cu.data();
+    a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data(), a.beta = beta.data(),
+    a.o = o.data();
+    gated_delta_pool(a);
+    STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+    STATECHECK_CUDA_CHECK(
+        cudaMemcpy(S_hvk, pool.data(), slot * sizeof(float), cudaMemcpyDeviceToHost));
+    const std::vector<uint16_t> ob = o.download();
+    for (size_t i = 0; i < outputs; ++i) o_thv[i] = float_from_bf16_bits(ob[i]);
+  };
+}
+#endif
+
+std::vector<Variant> kl_variants(bool cuda) {
   std::vector<Variant> v;
   const std::vector<std::string> codecs = {"fp32", "bf16", "int8_bf16_scale", "int8_fp32_scale",
                                            "fp8_e4m3_fp32_scale"};
@@ -74,21 +127,12 @@ std::vector<Variant> kl_variants() {
       {"bf16_state_pool", parse_codec("bf16"), false, true,
        "bf16 state restored and kept in bf16 after every byte (a bf16 state pool), instead of "
        "recomputing the prefix and continuing in fp32"});
+  if (cuda)
+    v.push_back({"cuda_recurrence", parse_codec("fp32"), false, false,
+                 "exact state; every layer's recurrence on the GPU kernel (bf16 q, k, v and "
+                 "outputs, fp32 state)",
+                 true});
   return v;
-}
-
-// log-softmax of one row of 256 logits, in fp64.
-void log_softmax(const float* z, double* out) {
-  double m = z[0];
-  for (int v = 1; v < 256; ++v) m = std::max(m, double(z[v]));
-  double s = 0.0;
-  for (int v = 0; v < 256; ++v) s += std::exp(double(z[v]) - m);
-  const double lse = m + std::log(s);
-  for (int v = 0; v < 256; ++v) out[v] = double(z[v]) - lse;
-}
-
-int argmax(const float* z) {
-  return static_cast<int>(std::max_element(z, z + 256) - z);
 }
 
 // Nearest-rank percentile (q in (0, 1]) of a copy of `v`.
@@ -112,11 +156,16 @@ struct ItemResult {
 }  // namespace
 
 void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summary) {
-  if (o.device != "cpu")
-    fail(
-        "kl: --device {} is not supported; the experiment runs the fp32 CPU forward pass (a GPU "
-        "recurrence plugs in through ForwardOptions::recurrence, core/tinylm/tinylm.h)",
-        o.device);
+  if (o.device != "cpu" && o.device != "cuda")
+    fail("--device must be cpu or cuda, got '{}'", o.device);
+  const bool cuda = o.device == "cuda";
+#ifdef STATECHECK_HAVE_CUDA
+  std::string why;
+  if (cuda && !cuda::device_available(&why)) fail("kl: --device cuda: {}", why);
+  if (cuda) fmt::print("kl (cuda): {}\n", cuda::device_description());
+#else
+  if (cuda) fail("kl: --device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+#endif
   const std::string config_path = tinylm_config_for(o.model);
   const TinyLM model = TinyLM::load(config_path);
   const TinyLMConfig& c = model.config();
@@ -138,7 +187,7 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
         starts == 1 ? 0
                     : static_cast<int>((static_cast<long>(text.size()) - span) * i / (starts - 1));
 
-  const std::vector<Variant> variants = kl_variants();
+  const std::vector<Variant> variants = kl_variants(cuda);
   const int V = static_cast<int>(variants.size());
   const int nP = static_cast<int>(prefixes.size());
   const int items = starts * nP;
@@ -151,9 +200,11 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
       text_path, text.size(), starts, fmt::join(prefixes, ", "), Tc, V, o.thread_count());
 
   std::vector<ItemResult> results(items);
+  auto prefix_of = [&](int item) { return nP - 1 - item / starts; };
   Progress progress("kl prefixes", items);
   parallel_for(items, o.thread_count(), [&](int item) {
-    const int s = start_pos[item / nP], P = prefixes[item % nP];
+    // Longest prefixes first, so the last items handed to the threads are the short ones.
+    const int pi = prefix_of(item), s = start_pos[item % starts], P = prefixes[pi];
     const uint8_t* prefix = text.data() + s;
     const uint8_t* cont = prefix + P;
     TinyLMState at_prefix = TinyLMState::zeros(c);
@@ -165,13 +216,13 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
     r.kl.assign(V, std::vector<double>(Tc, 0.0));
     r.agree.assign(V, std::vector<uint8_t>(Tc, 0));
     r.state_err.resize(V);
-    std::vector<double> lp_ref(static_cast<size_t>(Tc) * 256), lp(256);
+    std::vector<double> lp_ref(256);
     for (int t = 0; t < Tc; ++t) {
-      log_softmax(&z_ref[static_cast<size_t>(t) * 256], &lp_ref[static_cast<size_t>(t) * 256]);
+      log_softmax(&z_ref[static_cast<size_t>(t) * 256], 256, lp_ref.data());
       const int next = cont[t + 1];
-      r.ref_nats -= lp_ref[static_cast<size_t>(t) * 256 + next];
+      r.ref_nats -= lp_ref[next];
       r.ref_count += 1;
-      r.ref_correct += argmax(&z_ref[static_cast<size_t>(t) * 256]) == next ? 1 : 0;
+      r.ref_correct += argmax(&z_ref[static_cast<size_t>(t) * 256], 256) == next ? 1 : 0;
     }
 
     for (int vi = 0; vi < V; ++vi) {
@@ -197,16 +248,16 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
       } else {
         ForwardOptions opt;
         opt.storage = var.bf16_state ? StateStorage::bf16 : StateStorage::fp32;
+#ifdef STATECHECK_HAVE_CUDA
+        if (var.cuda) opt.recurrence = cuda_layer_recurrence();
+#endif
         z = model.forward(cont, Tc, st, opt);
       }
       for (int t = 0; t < Tc; ++t) {
+        const float* zr = &z_ref[static_cast<size_t>(t) * 256];
         const float* zt = &z[static_cast<size_t>(t) * 256];
-        log_softmax(zt, lp.data());
-        const double* lr = &lp_ref[static_cast<size_t>(t) * 256];
-        double kl = 0.0;
-        for (int v = 0; v < 256; ++v) kl += std::exp(lr[v]) * (lr[v] - lp[v]);
-        r.kl[vi][t] = kl;
-        r.agree[vi][t] = argmax(zt) == argmax(&z_ref[static_cast<size_t>(t) * 256]) ? 1 : 0;
+        r.kl[vi][t] = kl_nats(zr, zt, 256);
+        r.agree[vi][t] = argmax(zt, 256) == argmax(zr, 256) ? 1 : 0;
       }
     }
     progress.tick();
@@ -232,9 +283,9 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
         mean_pos[static_cast<size_t>(vi) * Tc + t] += k / items;
         max_pos[static_cast<size_t>(vi) * Tc + t] =
             std::max(max_pos[static_cast<size_t>(vi) * Tc + t], k);
-        mean_prefix[static_cast<size_t>(vi) * nP + item % nP] +=
+        mean_prefix[static_cast<size_t>(vi) * nP + prefix_of(item)] +=
             k / (static_cast<double>(starts) * Tc);
-        top1_prefix[static_cast<size_t>(vi) * nP + item % nP] +=
+        top1_prefix[static_cast<size_t>(vi) * nP + prefix_of(item)] +=
             r.agree[vi][t] / (static_cast<double>(starts) * Tc);
       }
     }

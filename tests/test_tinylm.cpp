@@ -13,11 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/codec/codec.h"
+#include "core/io/hdf5_file.h"
 #include "core/io/safetensors.h"
+#include "core/io/summary.h"
 #include "core/tinylm/linear.h"
 #include "core/tinylm/tinylm.h"
+#include "core/tinylm/tinylm_drive.h"
 #include "core/util/error.h"
 #include "core/util/rng.h"
+#include "experiments/experiment.h"
 
 using namespace statecheck;
 namespace fs = std::filesystem;
@@ -546,4 +550,75 @@ TEST(LinearFixedOrder, RowsAreIndependentOfTheirBatch_T37_K203_N29) {
   std::vector<float> Ya = acc;
   linear_fixed_order(X.data(), T, K, W.data(), N, Ya.data(), /*accumulate=*/true);
   for (int i = 0; i < T * N; ++i) ASSERT_EQ(Ya[i], acc[i] + Y[i]) << i;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The 'tinylm' drive: real states and real layer inputs of the model.
+// ---------------------------------------------------------------------------------------------
+
+TEST(TinyLMDrive, StatesAndInputsAreTheModelsOwn) {
+  const std::string path = default_tinylm_config_path();
+  const TinyLMDrive drive(path);
+  const TinyLM m = TinyLM::load(path);
+  const TinyLMConfig& c = m.config();
+  const std::vector<uint8_t> text = read_bytes(c.file(c.eval_text_file));
+  const int n = 2, T = 96;
+  // By hand: the model over sequence n's prefix, then its continuation with inputs captured.
+  TinyLMState s = TinyLMState::zeros(c);
+  const uint8_t* start = text.data() + n * kTinyLMDriveStride;
+  m.forward(start, kTinyLMDrivePrefix, s);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::vector<float> S = drive.initial_layer_state(n, l);
+    EXPECT_EQ(0, std::memcmp(S.data(), s.temporal.layer(l), S.size() * sizeof(float)))
+        << "layer " << l;
+  }
+  std::vector<LayerInputs> inputs;
+  ForwardOptions opt;
+  opt.layer_inputs = &inputs;
+  m.forward(start + kTinyLMDrivePrefix, T, s, opt);
+  // Ask for a longer stretch first, then the shorter one: the shorter is the head of the longer.
+  drive.layer_inputs(n, 0, 2 * T);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerInputs in = drive.layer_inputs(n, l, T);
+    EXPECT_EQ(in.T, T);
+    EXPECT_EQ(in.q, inputs[l].q) << "layer " << l;
+    EXPECT_EQ(in.k, inputs[l].k) << "layer " << l;
+    EXPECT_EQ(in.v, inputs[l].v) << "layer " << l;
+    EXPECT_EQ(in.g, inputs[l].g) << "layer " << l;
+    EXPECT_EQ(in.beta, inputs[l].beta) << "layer " << l;
+  }
+  const std::string e =
+      error_of([&] { drive.layer_inputs(kTinyLMDriveSequences - 1, 0, 1 << 20); });
+  EXPECT_NE(e.find(c.eval_text_file), std::string::npos) << e;
+}
+
+TEST(TinyLMDrive, ModelOfOtherShapesIsRefused) {
+  const TinyLMDrive drive(default_tinylm_config_path());
+  EXPECT_NO_THROW(drive.check_matches(load_model(default_tinylm_config_path())));
+  const std::string e = error_of([&] { drive.check_matches(load_model("qwen3.5-35b-a3b", 4)); });
+  EXPECT_NE(e.find("drive 'tinylm'"), std::string::npos) << e;
+  EXPECT_NE(e.find("qwen3.5-35b-a3b"), std::string::npos) << e;
+}
+
+// `codec --drive tinylm` end to end: without --model the command line substitutes the tiny model's
+// config (experiments/main.cpp); here the experiment gets it directly.
+TEST(TinyLMDrive, CodecExperimentRunsOnRealStates) {
+  Options o;
+  o.experiment = "codec";
+  o.drive = "tinylm";
+  o.model = default_tinylm_config_path();
+  o.quick = true;
+  o.threads = 2;
+  Summary s;
+  H5Writer file(temp_dir("codec_drive") + "/codec.h5");
+  run_codec(o, load_model(o.model), file, s);
+  EXPECT_EQ(s.get("fp32.state_relerr"), 0.0);
+  // bf16 round to nearest even: relative error <= 2^-9 per element, so the Frobenius ratio too.
+  EXPECT_LE(s.get("bf16.state_relerr"), std::ldexp(1.0, -9));
+  EXPECT_GT(s.get("int8.state_relerr"), 0.0);
+  // int8: |error| <= scale / 2 = amax_j / 254 per element, so ||err||_F <= sqrt(sum_j d_v amax_j^2)
+  // / 254
+  // <= ||S||_F sqrt(d_v) / 254 in the worst case of one non-zero per column.
+  const TinyLMConfig c = load_tinylm_config(o.model);
+  EXPECT_LE(s.get("int8.state_relerr"), std::sqrt(double(c.dv)) / 254.0);
 }
