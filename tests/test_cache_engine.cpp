@@ -69,6 +69,20 @@ std::vector<float> expected_restore(const CacheConfig& c, const std::vector<int3
   return out;
 }
 
+// Serves request `t` once through `cache` from its cached prefix: one prefill chunk (extra_buffer
+// tracks floor(extend / 64) * 64), no decode, then finishes it. Returns the tracked length.
+int64_t serve_once(StateCache& cache, const std::vector<int32_t>& t) {
+  CacheRequest r;
+  r.id = 1000;
+  const int64_t n = static_cast<int64_t>(t.size());
+  cache.match(r, t.data(), n);
+  cache.admit(r, t.data(), n);
+  EXPECT_TRUE(cache.alloc_kv(r, n - r.hit_len));
+  const int64_t tracked = cache.prefill_track(r, t.data(), r.hit_len, n - r.hit_len);
+  cache.cache_finished(r, t.data());
+  return tracked;
+}
+
 }  // namespace
 
 // Spec cache.md section 3: under no_buffer a fixed prefix with divergent suffixes reuses nothing:
@@ -117,13 +131,7 @@ TEST(CacheStrategy, RestoredStateIsTheRoundTripOfTheDonatedState) {
       c.scale = bf16_temporal ? ScaleDtype::bf16 : ScaleDtype::fp32;
       StateCache cache(c);
       const std::vector<int32_t> a = synthetic_tokens(2, 1, 100);
-      CacheRequest ra;
-      ra.id = 0;
-      cache.match(ra, a.data(), 100);
-      cache.admit(ra, a.data(), 100);
-      ASSERT_TRUE(cache.alloc_kv(ra, 100));
-      EXPECT_EQ(cache.prefill_track(ra, a.data(), 0, 100), 64);
-      cache.cache_finished(ra, a.data());
+      ASSERT_EQ(serve_once(cache, a), 64);
       std::vector<int32_t> b(a.begin(), a.begin() + 80);
       b.push_back(7);
       CacheRequest rb;
@@ -153,13 +161,7 @@ TEST(CacheFailureShape, MatchedButNotAdmittedGivesTheSlotBack) {
   for (CacheMode mode : {CacheMode::bf16, CacheMode::int8}) {
     StateCache cache(small_config(mode, CacheStrategy::extra_buffer).cache);
     const std::vector<int32_t> a = synthetic_tokens(3, 1, 100);
-    CacheRequest ra;
-    ra.id = 0;
-    cache.match(ra, a.data(), 100);
-    cache.admit(ra, a.data(), 100);
-    ASSERT_TRUE(cache.alloc_kv(ra, 100));
-    cache.prefill_track(ra, a.data(), 0, 100);
-    cache.cache_finished(ra, a.data());
+    ASSERT_EQ(serve_once(cache, a), 64);
     const int32_t free_before = cache.active().allocator().available();
     CacheRequest rb;
     rb.id = 1;
@@ -230,13 +232,7 @@ TEST(CacheFailureShape, DonationWithEveryCachedStateLockedIsSkipped) {
   cfg.cache.ckpt_slots = 1;
   StateCache cache(cfg.cache);
   const std::vector<int32_t> a = synthetic_tokens(6, 1, 100);
-  CacheRequest ra;
-  ra.id = 0;
-  cache.match(ra, a.data(), 100);
-  cache.admit(ra, a.data(), 100);
-  ASSERT_TRUE(cache.alloc_kv(ra, 100));
-  cache.prefill_track(ra, a.data(), 0, 100);
-  cache.cache_finished(ra, a.data());  // the one checkpoint slot now holds [0, 64)
+  ASSERT_EQ(serve_once(cache, a), 64);  // the one checkpoint slot now holds [0, 64)
   ASSERT_EQ(cache.checkpoint().allocator().available(), 0);
   std::vector<int32_t> b(a.begin(), a.begin() + 64);
   const std::vector<int32_t> tail = synthetic_tokens(6, 2, 100);
@@ -262,13 +258,7 @@ TEST(CacheAllocation, EvictsAStateBeforeFailingWithAClearError) {
   cfg.cache.active_slots = 3;  // exactly one request (live + 2 tracking slots)
   StateCache cache(cfg.cache);
   const std::vector<int32_t> a = synthetic_tokens(7, 1, 100);
-  CacheRequest ra;
-  ra.id = 0;
-  cache.match(ra, a.data(), 100);
-  cache.admit(ra, a.data(), 100);
-  ASSERT_TRUE(cache.alloc_kv(ra, 100));
-  cache.prefill_track(ra, a.data(), 0, 100);
-  cache.cache_finished(ra, a.data());  // one state cached in the shared pool, 2 slots free
+  ASSERT_EQ(serve_once(cache, a), 64);  // one state cached in the shared pool, 2 slots free
   ASSERT_EQ(cache.active().allocator().available(), 2);
   const std::vector<int32_t> b = synthetic_tokens(7, 2, 100);
   CacheRequest rb;
