@@ -79,6 +79,9 @@ const std::vector<ExperimentEntry>& experiment_registry();
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+// Logit-level KL of the tiny language model after a state codec round trip (experiments/kl.cpp);
+// ignores `m` and uses the tiny model (data/tinylm, or the tiny-model config given with --model).
+void run_kl(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 // Cache model experiments (spec cache.md, experiments.md): experiments/memory.cpp, capacity.cpp,
 // firecount.cpp, replay.cpp.
 void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);

@@ -1,6 +1,7 @@
 #include "experiments/states_source.h"
 
 #include "core/io/states_file.h"
+#include "core/tinylm/tinylm_drive.h"
 #include "core/util/error.h"
 #include "core/util/rng.h"
 
@@ -39,8 +40,18 @@ StatesSource StatesSource::from_options(const Options& o, const ModelConfig& m) 
       };
       break;
     }
-    case DriveKind::tinylm:
-      fail("drive 'tinylm' is not available in this build (no shipped tiny model under data/tinylm)");
+    case DriveKind::tinylm: {
+      // The tiny model's own shapes: --model must be its config (main.cpp substitutes it when
+      // --drive tinylm comes without --model); any other model is refused with both shapes.
+      auto lm = std::make_shared<TinyLMDrive>(tinylm_config_for(o.model));
+      lm->check_matches(m);
+      s.count_ = lm->count();
+      s.prefill_ = false;
+      s.name_ = "tinylm:" + lm->config().name;
+      s.initial_ = [lm](int n, int layer) { return lm->initial_layer_state(n, layer); };
+      s.inputs_ = [lm](int n, int layer, int T) { return lm->layer_inputs(n, layer, T); };
+      break;
+    }
   }
   return s;
 }

@@ -109,6 +109,51 @@ def plot_chain(f, out):
     return [_save(fig, out, "chain_error_vs_checkpoints.png")]
 
 
+def plot_kl(f, out):
+    """KL(p_ref || p_variant) of the tiny LM after a state restore: along the continuation and per
+    variant (experiments/kl.cpp)."""
+    g = f["kl"]
+    names = _strings(g["variants"])
+    model = _attr(g, "model")
+    floor = 1e-12  # fp32 is exactly 0: drawn at the floor of the log axis
+    paths = []
+    pos = g["kl_mean_position"][()]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    x = np.arange(pos.shape[1])
+    for i, n in enumerate(names):
+        if n.startswith("fp32"):
+            continue
+        style = ":" if n == "bf16_state_pool" else "--" if "chained" in n else "-"
+        ax.plot(x, np.maximum(pos[i], floor), style, label=n, lw=1.2)
+    ax.set_yscale("log")
+    ax.set_xlabel("position in the continuation after the restore (bytes)")
+    ax.set_ylabel("mean KL(p_ref || p_restored) (nats, log scale)")
+    ax.set_title(f"KL along the continuation, {model} (chained: re-cached every "
+                 f"{_attr(g, 'chain_interval_bytes')} bytes)")
+    ax.legend(fontsize=7, ncol=2)
+    paths.append(_save(fig, out, "kl_vs_position.png"))
+
+    mean, p99, mx = g["mean_nats"][()], g["p99_nats"][()], g["max_nats"][()]
+    top1 = g["top1_agreement"][()]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    xi = np.arange(len(names))
+    ax.bar(xi - 0.2, np.maximum(mean, floor), 0.4, label="mean")
+    ax.bar(xi + 0.2, np.maximum(p99, floor), 0.4, label="p99")
+    ax.plot(xi, np.maximum(mx, floor), "k_", markersize=14, label="max")
+    for i in xi:
+        ax.annotate(f"top-1 {top1[i]:.4f}", (i, max(mx[i], floor)), fontsize=6, ha="center",
+                    xytext=(0, 4), textcoords="offset points", rotation=90)
+    ax.set_yscale("log")
+    ax.set_xticks(xi)
+    ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
+    ax.set_xlabel("variant (codec of the restored state)")
+    ax.set_ylabel("KL(p_ref || p_restored) (nats, log scale)")
+    ax.set_title(f"next-byte KL per codec, {model}")
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, out, "kl_per_codec.png"))
+    return paths
+
+
 def plot_memory(f, out):
     """Pool sizes per shipped model (GiB) and the KV budget under both accountings
     (experiments/memory.cpp)."""
@@ -217,6 +262,7 @@ PLOTTERS = [
     ("capacity", plot_capacity),
     ("firecount", plot_firecount),
     ("replay", plot_replay),
+    ("kl", plot_kl),
 ]
 
 
