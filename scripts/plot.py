@@ -151,6 +151,21 @@ def plot_kl(f, out):
     ax.set_title(f"next-byte KL per codec, {model}")
     ax.legend(fontsize=8)
     paths.append(_save(fig, out, "kl_per_codec.png"))
+
+    pre = g["kl_mean_prefix"][()]
+    plen = g["prefix_lengths"][()]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, n in enumerate(names):
+        if n.startswith("fp32") or "chained" in n:
+            continue
+        ax.plot(plen, np.maximum(pre[i], floor), "o-", label=n)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("prefix length before the restore (bytes, log scale)")
+    ax.set_ylabel("mean KL over the continuation (nats, log scale)")
+    ax.set_title(f"KL vs prefix length, {model}")
+    ax.legend(fontsize=7)
+    paths.append(_save(fig, out, "kl_vs_prefix_length.png"))
     return paths
 
 
