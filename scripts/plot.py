@@ -144,12 +144,13 @@ def plot_kl(f, out):
         ax.annotate(f"top-1 {top1[i]:.4f}", (i, max(mx[i], floor)), fontsize=6, ha="center",
                     xytext=(0, 4), textcoords="offset points", rotation=90)
     ax.set_yscale("log")
+    ax.set_ylim(floor / 3, max(float(np.max(mx)), floor) * 3e3)  # room for the top-1 labels
     ax.set_xticks(xi)
     ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
     ax.set_xlabel("variant (codec of the restored state)")
     ax.set_ylabel("KL(p_ref || p_restored) (nats, log scale)")
     ax.set_title(f"next-byte KL per codec, {model}")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     paths.append(_save(fig, out, "kl_per_codec.png"))
 
     pre = g["kl_mean_prefix"][()]
