@@ -71,16 +71,16 @@ __device__ __forceinline__ uint8_t fp8_encode(float x) {
 }
 
 // rint(x / s) with x / s the correctly rounded fp32 quotient, as the CPU codec computes it, without
-// paying an IEEE division per element: r = x * inv (inv = 1/s rounded) is within a few ulp of the
-// quotient (two roundings of relative size 2^-24 each); when r is farther than 16 ulp from a
-// half-integer both round to the same integer, otherwise (about one element in 10^5) the exact
-// division decides. Same result bit for bit, division only on the rare ties.
+// paying an IEEE division per element. r = x * inv (inv = 1/s rounded) differs from the quotient
+// by at most two roundings of relative size 2^-24, i.e. < 2^-22 |r| <= 3.1e-5 for |r| <= 128 (the
+// amax-derived scales keep |x / s| <= 127.5). Unless r lies within 2.5e-4 of a half-integer (or
+// |r| > 128, which amax scales never produce), the quotient rounds to the same integer as r; in
+// those rare cases (about 5 elements in 10^4) the exact division decides. Same result bit for bit.
 __device__ __forceinline__ float rint_quotient(float x, float s, float inv) {
   const float r = x * inv;
-  const float frac = r - floorf(r);
-  const float margin = 16.0f * 1.1920929e-7f * fmaxf(fabsf(r), 1.0f);
-  if (fabsf(frac - 0.5f) <= margin) return rintf(__fdiv_rn(x, s));
-  return rintf(r);
+  const float q = rintf(r);
+  if (fabsf(r - q) > 0.5f - 2.5e-4f || fabsf(r) > 128.0f) return rintf(__fdiv_rn(x, s));
+  return q;
 }
 
 // E4M3(x / s) with the correctly rounded quotient, the same way: E4M3 rounding is monotone in the
@@ -338,118 +338,6 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
   }
 }
 
-// Store for the scaled codecs (int8, fp8_e4m3) with d_k % 4 == 0 and d_k <= 128: two streaming
-// passes over the head instead of holding it in registers. Pass 1 reads the head (from device
-// memory) for the column amax; pass 2 re-reads it (from L2, where pass 1 just left it) to
-// quantize. Small register footprint, so 3 blocks (3 heads) per SM are in flight instead of 2;
-// the bytes read from device memory are the same. Block: 8 warps; warp w owns rows w + 8 i, lane
-// l owns columns 4 l .. 4 l + 3. Results identical to store_kernel (same per-element arithmetic).
-template <typename ActiveT, Kind K, typename ScaleT>
-__global__ void __launch_bounds__(256, 3) store_stream_kernel(CodecParams p) {
-  constexpr int kW = 8, kUnroll = 8;
-  constexpr float kCodeMax = K == Kind::int8 ? 127.0f : 448.0f;
-  __shared__ float part_amax[kW][128];
-  __shared__ float col_scale[128], col_inv[128];
-  __shared__ int bad;
-  const Job job = decode_job(p.HV, p.conv_blocks, p.L);
-  const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
-  if (job.part >= p.HV) {
-    if (p.conv_elems > 0) {
-      copy_conv_chunk(p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
-                      p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
-                      p.conv_elems, job.part - p.HV);
-    }
-    return;
-  }
-  const int h = job.part;
-  const size_t head = static_cast<size_t>(p.dv) * p.dk;
-  const ActiveT* src = reinterpret_cast<const ActiveT*>(p.src_temporal) +
-                       ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head;
-  using ValueT = typename CkptValue<K>::T;
-  ValueT* dst = reinterpret_cast<ValueT*>(p.dst_temporal) +
-                ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int j0 = lane * 4;
-  const bool col_ok = j0 < p.dk;
-  if (threadIdx.x == 0) bad = -1;
-  __syncthreads();
-
-  float amax[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int first_bad = -1;
-  for (int r0 = warp; r0 < p.dv; r0 += kW * kUnroll) {
-    float v[kUnroll][4];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int row = r0 + u * kW;
-      if (row < p.dv && col_ok) load_vec<4>(src + static_cast<size_t>(row) * p.dk + j0, v[u]);
-      else v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (!isfinite(v[u][e]) && first_bad < 0) first_bad = (r0 + u * kW) * p.dk + j0 + e;
-        amax[e] = fmaxf(amax[e], fabsf(v[u][e]));
-      }
-  }
-  if (first_bad >= 0) atomicMax(&bad, first_bad);
-  if (col_ok)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) part_amax[warp][j0 + e] = amax[e];
-  __syncthreads();
-  if (bad >= 0) {
-    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-      p.error_info[1] = job.layer;
-      p.error_info[2] = h;
-      p.error_info[3] = bad;
-    }
-    return;
-  }
-  ScaleT* scales = reinterpret_cast<ScaleT*>(p.dst_scales) +
-                   ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * p.dk;
-  if (threadIdx.x < p.dk) {
-    const int j = threadIdx.x;
-    float m = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kW; ++w) m = fmaxf(m, part_amax[w][j]);
-    const ScaleT sc = from_float<ScaleT>(fmaxf(m, 1e-8f) / kCodeMax);
-    scales[j] = sc;
-    col_scale[j] = to_float<ScaleT>(sc);
-    col_inv[j] = 1.0f / col_scale[j];
-  }
-  __syncthreads();
-  if (!col_ok) return;
-  float sc[4], inv[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) sc[e] = col_scale[j0 + e], inv[e] = col_inv[j0 + e];
-  for (int r0 = warp; r0 < p.dv; r0 += kW * kUnroll) {
-    float v[kUnroll][4];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int row = r0 + u * kW;
-      if (row < p.dv) load_vec<4>(src + static_cast<size_t>(row) * p.dk + j0, v[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int row = r0 + u * kW;
-      if (row >= p.dv) continue;
-      uchar4 packed;
-      uint8_t b[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (K == Kind::int8) {
-          const float q = fminf(fmaxf(rint_quotient(v[u][e], sc[e], inv[e]), -127.0f), 127.0f);
-          b[e] = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(q)));
-        } else {
-          b[e] = fp8_encode_quotient(v[u][e], sc[e], inv[e]);
-        }
-      }
-      packed.x = b[0], packed.y = b[1], packed.z = b[2], packed.w = b[3];
-      *reinterpret_cast<uchar4*>(dst + static_cast<size_t>(row) * p.dk + j0) = packed;
-    }
-  }
-}
-
 // Load: one block per (pair, layer, head) decodes a head, elementwise; extra blocks copy conv.
 template <typename ActiveT, Kind K, typename ScaleT>
 __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
@@ -474,6 +362,11 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   const ScaleT* scales = kScaled ? reinterpret_cast<const ScaleT*>(p.src_scales) +
                                        ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * p.dk
                                  : nullptr;
+  __shared__ __align__(16) float sh_scale[kScaled ? 256 : 1];
+  if constexpr (kScaled) {
+    for (int j = threadIdx.x; j < p.dk; j += blockDim.x) sh_scale[j] = to_float<ScaleT>(scales[j]);
+    __syncthreads();
+  }
   if (p.dk % 4 == 0) {
     // Fast path: quads of 4 consecutive elements; quad q of a thread is threadIdx.x + u * blockDim.x,
     // so every warp access is one contiguous run (4-byte codes, 16-byte fp32 or 8-byte bf16
@@ -492,9 +385,8 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
         const int qi = base + u * blockDim.x;
         if (qi >= nquads) continue;
         if constexpr (kScaled) {
-          const int j = (qi * 4) % p.dk;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) vals[u][e] *= to_float<ScaleT>(scales[j + e]);
+          const float4 sc = *reinterpret_cast<const float4*>(&sh_scale[(qi * 4) % p.dk]);
+          vals[u][0] *= sc.x, vals[u][1] *= sc.y, vals[u][2] *= sc.z, vals[u][3] *= sc.w;
         }
         store4<ActiveT>(dst + static_cast<size_t>(qi) * 4, vals[u]);
       }
@@ -590,12 +482,6 @@ void launch_store_rows(const PoolGeometry& g, const CodecParams& p, int n, cudaS
 
 template <typename ActiveT, Kind K, typename ScaleT>
 void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
-  constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
-  if (kScaled && g.dk % 4 == 0 && g.dk <= 128) {
-    const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
-    store_stream_kernel<ActiveT, K, ScaleT><<<grid, 256, 0, stream>>>(p);
-    return;
-  }
   if (g.dk % 4 == 0 && g.dk <= 128) launch_store_rows<ActiveT, K, ScaleT, 4, 1>(g, p, n, stream);
   else if (g.dk % 4 == 0) launch_store_rows<ActiveT, K, ScaleT, 4, 2>(g, p, n, stream);
   else if (g.dk <= 128) launch_store_rows<ActiveT, K, ScaleT, 1, 4>(g, p, n, stream);
