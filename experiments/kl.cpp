@@ -18,9 +18,8 @@
 //                           fp32;
 //      codecs: fp32 (control: exactly 0), bf16, int8 with bf16 and with fp32 scales, fp8_e4m3 (fp32
 //      scales). The conv state is restored exactly (serving never quantizes it);
-//   4. per position t: KL(p_ref || p_variant) = sum_v p_ref[v] (log p_ref[v] - log p_var[v]) in
-//   nats
-//      (fp64, from the fp32 logits), and whether the greedy bytes argmax z agree.
+//   4. per position t: KL(p_ref || p_variant) = sum_v p_ref[v] (log p_ref[v] - log p_var[v])
+//      in nats (fp64, from the fp32 logits), and whether the greedy bytes argmax z agree.
 // The forward pass is split-invariant bit for bit (tests/test_tinylm.cpp), so every difference
 // comes from the state.
 //

@@ -15,13 +15,17 @@ TinyLMDrive::TinyLMDrive(const std::string& config_path) : model_(TinyLM::load(c
         text_path_, text_.size(), need, kTinyLMDriveSequences, kTinyLMDriveStride,
         kTinyLMDrivePrefix);
   seqs_.resize(kTinyLMDriveSequences);
+}
+
+// Runs sequence n's prefix on first use; the caller holds the sequence's mutex.
+void TinyLMDrive::ensure_prefix(Sequence& s, int n) const {
+  if (s.prefix_done) return;
   ForwardOptions state_only;
   state_only.logits = false;
-  for (int n = 0; n < kTinyLMDriveSequences; ++n) {
-    seqs_[n].at_prefix = TinyLMState::zeros(c);
-    model_.forward(text_.data() + static_cast<size_t>(n) * kTinyLMDriveStride, kTinyLMDrivePrefix,
-                   seqs_[n].at_prefix, state_only);
-  }
+  s.at_prefix = TinyLMState::zeros(model_.config());
+  model_.forward(text_.data() + static_cast<size_t>(n) * kTinyLMDriveStride, kTinyLMDrivePrefix,
+                 s.at_prefix, state_only);
+  s.prefix_done = true;
 }
 
 void TinyLMDrive::check_matches(const ModelConfig& m) const {
@@ -46,7 +50,10 @@ std::vector<float> TinyLMDrive::initial_layer_state(int n, int layer) const {
   if (n < 0 || n >= count() || layer < 0 || layer >= c.num_layers)
     fail("tinylm drive: no sequence {} / layer {} ({} sequences, {} layers)", n, layer, count(),
          c.num_layers);
-  const float* p = seqs_[n].at_prefix.temporal.layer(layer);
+  Sequence& s = seqs_[n];
+  std::lock_guard<std::mutex> lock(*s.mutex);
+  ensure_prefix(s, n);
+  const float* p = s.at_prefix.temporal.layer(layer);
   return std::vector<float>(p, p + c.state_shape().layer_size());
 }
 
@@ -65,6 +72,7 @@ LayerInputs TinyLMDrive::layer_inputs(int n, int layer, int T) const {
   if (T == 0) return LayerInputs::zeros(shape, 0);
   Sequence& s = seqs_[n];
   std::lock_guard<std::mutex> lock(*s.mutex);
+  ensure_prefix(s, n);
   if (s.computed < T) {
     TinyLMState st = s.at_prefix;
     ForwardOptions opt;

@@ -26,8 +26,9 @@ constexpr int kTinyLMDrivePrefix = 1024;  // bytes before the state is taken
 
 class TinyLMDrive {
  public:
-  // Loads the tiny model of `config_path` and its evaluation text. Throws statecheck::Error on a
-  // bad model (see TinyLM::load) or a text shorter than one prefix of the last sequence.
+  // Loads the tiny model of `config_path` and its evaluation text (prefixes run on first use).
+  // Throws statecheck::Error on a bad model (see TinyLM::load) or a text shorter than one prefix
+  // of the last sequence.
   explicit TinyLMDrive(const std::string& config_path);
 
   const TinyLMConfig& config() const { return model_.config(); }
@@ -47,11 +48,14 @@ class TinyLMDrive {
 
  private:
   struct Sequence {
+    bool prefix_done = false;
     TinyLMState at_prefix;
     std::vector<LayerInputs> inputs;  // [L], for `computed` tokens
     int computed = 0;
     std::unique_ptr<std::mutex> mutex = std::make_unique<std::mutex>();
   };
+  void ensure_prefix(Sequence& s, int n) const;
+
   TinyLM model_;
   std::vector<uint8_t> text_;
   std::string text_path_;
