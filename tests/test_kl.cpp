@@ -120,9 +120,7 @@ TEST(KlExperiment, QuickRunOnTheShippedModel) {
     const hid_t d = H5Dopen2(f, (std::string("/kl/") + ds).c_str(), H5P_DEFAULT);
     ASSERT_GE(d, 0) << ds;
     EXPECT_TRUE(has_string_attr(d, "description")) << ds;
-    if (std::string(ds) != "variants" && std::string(ds) != "variant_descriptions") {
-      EXPECT_TRUE(has_string_attr(d, "units")) << ds;
-    }
+    EXPECT_TRUE(has_string_attr(d, "units")) << ds;
     H5Dclose(d);
   }
   H5Fclose(f);
