@@ -19,17 +19,25 @@
 #include <algorithm>
 #include <map>
 
+#include "core/util/error.h"
+
 #include <fmt/format.h>
 
 #include "core/cache/workload.h"
 #include "core/memory/memory_budget.h"
 #include "core/util/progress.h"
 #include "experiments/cache_common.h"
+#include "experiments/capacity_cuda.h"
 #include "experiments/experiment.h"
 
 namespace statecheck {
 
 void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
+  if (o.device != "cpu" && o.device != "cuda") fail("--device must be cpu or cuda, got '{}'", o.device);
+#ifndef STATECHECK_HAVE_CUDA
+  if (o.device == "cuda") fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+#endif
+  std::vector<CapacityProbes> gpu_points;  // --device cuda: the published sweep points
   const std::vector<int> Ks =
       o.quick ? std::vector<int>{128, 256, 384, 512, 640, 768}
               : std::vector<int>{128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448,
@@ -78,6 +86,8 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
       ceiling[i] = r.cached_prefix_fraction;
       prefix_frac[i] = r.prefix_fraction;
       summary.set(fmt::format("capacity.{}.K{}.reuse_frac", mode, Ks[i]), r.reuse_frac);
+      if (o.device == "cuda" && (Ks[i] == 128 || Ks[i] == 384 || Ks[i] == 640))
+        gpu_points.push_back({mode, Ks[i], r.probe_records});
       progress.tick();
     }
     // knee: largest K up to which reuse stays >= half its value at the smallest K.
@@ -133,6 +143,9 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
                summary.get(fmt::format("capacity.int8.K{}.reuse_frac", Ks[i])));
   fmt::print("capacity: knee K bf16 {}, int8 {} ({:.1f} s)\n", knees["bf16"], knees["int8"],
              progress.elapsed());
+#ifdef STATECHECK_HAVE_CUDA
+  if (o.device == "cuda") run_capacity_cuda(o, m, gpu_points, file, summary);
+#endif
 }
 
 }  // namespace statecheck

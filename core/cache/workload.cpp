@@ -94,6 +94,7 @@ KSweepResult run_ksweep(const EngineConfig& config, const KSweepParams& p) {
   res.cached_prefix_fraction = prompt > 0 ? static_cast<double>(ceiling) / prompt : 0.0;
   res.counters = engine.cache().counters();
   res.tree = engine.cache().tree().counters();
+  res.probe_records = probe_rec;
   return res;
 }
 

@@ -47,6 +47,7 @@ struct KSweepResult {
   int64_t probe_cow_loads = 0;  // copy-on-write loads during PROBE
   CacheCounters counters;       // whole run
   RadixCounters tree;           // whole run
+  std::vector<RequestRecord> probe_records;  // PROBE requests, in submission order
 };
 
 // Runs one K on a fresh engine built from `config`. Throws on bad parameters.
