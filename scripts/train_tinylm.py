@@ -863,7 +863,8 @@ def main():
         if now - last_eval > eval_every:
             evaluate_and_checkpoint()
     train_seconds = time.time() - t_start
-    evaluate_and_checkpoint()
+    if curve_rows[-1]["step"] != step:  # the last step not yet evaluated
+        evaluate_and_checkpoint()
     log(f"training done: {step} steps, {tokens_seen / 1e6:.2f} M tokens in {train_seconds:.0f} s; "
         f"best validation {best['val_bpb']:.4f} bits/byte at step {best['step']}")
 
