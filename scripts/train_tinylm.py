@@ -645,7 +645,7 @@ def parse_args():
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--minutes", type=float, default=6.0, help="training wall-clock budget (the run adds ~1 min)")
+    p.add_argument("--minutes", type=float, default=6.0, help="training wall-clock budget; start-up, final evaluation and export add well under a minute on a GPU")
     p.add_argument("--device", default=None, help="cuda | cpu (default: cuda when available)")
     p.add_argument("--tiny", action="store_true", help="small model and batches, for a CPU")
     p.add_argument("--gate", choices=("gdn", "kda"), default="gdn", help="gdn: scalar decay per head; kda: per channel")
