@@ -20,6 +20,7 @@
 #include "core/util/rng.h"
 #include "experiments/experiment.h"
 #include "kernels/codec/checkpoint_codec.h"
+#include "kernels/common/bandwidth.h"
 #include "kernels/common/device.h"
 #include "kernels/common/timing.h"
 #include "kernels/gated_delta/gated_delta_pool.h"
@@ -263,7 +264,11 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const int repeats = o.quick ? 10 : 30;
   GpuTimer timer(size_t(512) << 20);
   const double copy_gbps = measure_copy_gbps(timer, size_t(o.quick ? 1 : 4) << 30, repeats);
-  fmt::print("bench (cuda): {}\n  copy bandwidth (cudaMemcpy D2D, read + write): {:.1f} GB/s\n", device, copy_gbps);
+  const size_t stream_bytes = size_t(o.quick ? 1 : 4) << 30;
+  const double read_gbps = measure_read_gbps(timer, stream_bytes, repeats);
+  const double write_gbps = measure_write_gbps(timer, stream_bytes, repeats);
+  fmt::print("bench (cuda): {}\n  copy bandwidth (cudaMemcpy D2D, read + write): {:.1f} GB/s; read-only stream "
+             "{:.1f} GB/s; write-only stream {:.1f} GB/s\n", device, copy_gbps, read_gbps, write_gbps);
   std::vector<Row> rows;
   bench_codecs(m, o, timer, rows, repeats);
   bench_recurrence(o, timer, rows, repeats);
@@ -275,6 +280,10 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.attr(g, "timing", std::string("CUDA events, L2 flushed before each repeat, CUDA graph replay, median"));
   file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s", "device-to-device cudaMemcpy, bytes read + written / median time");
   summary.set("bench.copy.gbps", copy_gbps);
+  file.write_scalar(g + "/read_gbps", read_gbps, "GB/s", "read-only stream (16-byte loads, grid-stride), bytes / median time");
+  file.write_scalar(g + "/write_gbps", write_gbps, "GB/s", "write-only stream (16-byte stores, grid-stride), bytes / median time");
+  summary.set("bench.read_stream.gbps", read_gbps);
+  summary.set("bench.write_stream.gbps", write_gbps);
   fmt::print("  {:<46} {:>10} {:>10} {:>9} {:>12}\n", "kernel", "time us", "GB/s", "of copy", "tokens/s");
   for (const auto& r : rows) {
     const double gbps = r.bytes / (r.ms * 1e-3) / 1e9;
