@@ -21,6 +21,7 @@
 #include "core/util/error.h"
 #include "core/util/parallel.h"
 #include "core/util/progress.h"
+#include "experiments/chain_cuda.h"
 #include "experiments/experiment.h"
 #include "experiments/states_source.h"
 
@@ -61,6 +62,10 @@ LayerInputs without_contraction(LayerInputs in) {
 }  // namespace
 
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
+  if (o.device != "cpu" && o.device != "cuda") fail("--device must be cpu or cuda, got '{}'", o.device);
+#ifndef STATECHECK_HAVE_CUDA
+  if (o.device == "cuda") fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+#endif
   const StatesSource source = StatesSource::from_options(o, m);
   const RecurrenceShape shape = RecurrenceShape::of_model(m);
   const Codec codec = parse_codec(o.codec, parse_scale_dtype(o.scale_dtype_or_default()));
@@ -150,6 +155,9 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
                "token position of checkpoint c for each n; NaN past n");
     file.write_scalar(vg + "/saturation_ratio", n32 > 0 ? n128 / n32 : NAN, "1", "relerr(n=128) / relerr(n=32)");
   }
+#ifdef STATECHECK_HAVE_CUDA
+  if (o.device == "cuda") run_chain_cuda(m, source, codec, T, L, kAblationBetaFactor, file, summary);
+#endif
   fmt::print("chain: {:.1f} s\n", progress.elapsed());
 }
 

@@ -1,5 +1,6 @@
 #include "core/io/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,29 +14,57 @@ namespace statecheck {
 
 using nlohmann::json;
 
-FloatArray read_safetensors(const std::string& path, const std::string& wanted) {
-  std::ifstream in(path, std::ios::binary);
+namespace {
+
+// The parsed JSON header of a safetensors file; `in` is left at the start of the data section.
+struct Header {
+  nlohmann::json json;
+  uint64_t header_len = 0;
+  uint64_t file_size = 0;
+};
+
+Header read_header(const std::string& path, std::ifstream& in) {
+  in.open(path, std::ios::binary);
   if (!in) fail("{}: cannot open file", path);
   in.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  Header h;
+  h.file_size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
-  if (file_size < 8) fail("{}: {} bytes, too short for a safetensors header", path, file_size);
+  if (h.file_size < 8) fail("{}: {} bytes, too short for a safetensors header", path, h.file_size);
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  if (header_len > file_size - 8)
+  for (int i = 7; i >= 0; --i) h.header_len = (h.header_len << 8) | len_bytes[i];
+  if (h.header_len > h.file_size - 8)
     fail("{}: header length {} runs past the end of the file ({} bytes): truncated or not a "
-         "safetensors file", path, header_len, file_size);
-  std::string header(header_len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_len));
-  json j;
+         "safetensors file", path, h.header_len, h.file_size);
+  std::string header(h.header_len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(h.header_len));
   try {
-    j = json::parse(header);
+    h.json = json::parse(header);
   } catch (const json::exception& e) {
     fail("{}: header is not valid JSON ({})", path, e.what());
   }
-  if (!j.is_object()) fail("{}: header is not a JSON object", path);
+  if (!h.json.is_object()) fail("{}: header is not a JSON object", path);
+  return h;
+}
+
+}  // namespace
+
+std::vector<std::string> safetensors_tensor_names(const std::string& path) {
+  std::ifstream in;
+  const Header h = read_header(path, in);
+  std::vector<std::string> names;
+  for (auto it = h.json.begin(); it != h.json.end(); ++it)
+    if (it.key() != "__metadata__") names.push_back(it.key());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+FloatArray read_safetensors(const std::string& path, const std::string& wanted) {
+  std::ifstream in;
+  const Header h = read_header(path, in);
+  const json& j = h.json;
+  const uint64_t header_len = h.header_len, file_size = h.file_size;
   const uint64_t data_size = file_size - 8 - header_len;
 
   std::vector<std::string> names;

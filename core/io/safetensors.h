@@ -20,6 +20,10 @@ namespace statecheck {
 // several tensors and none named "state".
 FloatArray read_safetensors(const std::string& path, const std::string& name = "");
 
+// Names of the tensors in a safetensors file (its JSON header; "__metadata__" left out), sorted.
+// Throws statecheck::Error like read_safetensors for an unreadable or malformed header.
+std::vector<std::string> safetensors_tensor_names(const std::string& path);
+
 // A tensor to write: shape outermost first; `dtype` "F32" (values written as is) or "BF16"
 // (values rounded to bf16).
 struct TensorToWrite {

@@ -52,37 +52,12 @@ std::string shape_str(const std::vector<size_t>& s) {
   return out + "]";
 }
 
-// Names of the tensors in a safetensors file (its JSON header), for the unexpected-tensor check.
-std::set<std::string> safetensors_names(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open file", path);
-  unsigned char len_bytes[8] = {};
-  in.read(reinterpret_cast<char*>(len_bytes), 8);
-  if (!in) fail("{}: too short for a safetensors header", path);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  const uint64_t size = fs::file_size(path);
-  if (n > size - 8)
-    fail("{}: header length {} runs past the end of the file ({} bytes)", path, n, size);
-  std::string header(n, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(n));
-  json j;
-  try {
-    j = json::parse(header);
-  } catch (const json::exception& e) {
-    fail("{}: header is not valid JSON ({})", path, e.what());
-  }
-  if (!j.is_object()) fail("{}: header is not a JSON object", path);
-  std::set<std::string> names;
-  for (auto it = j.begin(); it != j.end(); ++it)
-    if (it.key() != "__metadata__") names.insert(it.key());
-  return names;
-}
-
 class WeightReader {
  public:
   explicit WeightReader(std::string path)
-      : path_(std::move(path)), names_(safetensors_names(path_)) {}
+      : path_(std::move(path)) {
+    for (auto& n : safetensors_tensor_names(path_)) names_.insert(std::move(n));
+  }
 
   // Reads tensor `name`, checks its shape and that every value is finite.
   std::vector<float> get(const std::string& name, const std::vector<size_t>& shape,

@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/vector_io.cuh"
 
 namespace statecheck::cuda {
 
@@ -40,31 +41,6 @@ template <>
 __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// Loads VEC consecutive active-pool elements as fp32 (16-byte / 8-byte loads when VEC == 4;
-// VEC divides d_k and head offsets are multiples of d_k, so the addresses are aligned).
-template <int VEC>
-__device__ __forceinline__ void load_vec(const float* p, float* out) {
-  if constexpr (VEC == 4) {
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) out[e] = p[e];
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float* out) {
-  if constexpr (VEC == 4) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) out[e] = __bfloat162float(p[e]);
-  }
-}
 
 __device__ __forceinline__ uint8_t fp8_encode(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
@@ -207,6 +183,15 @@ struct CodecParams {
   int32_t* error_info;
 };
 
+// The conv-window part of a store or load launch: blocks past the heads copy one chunk of the
+// layer's conv window from the source slot to the destination slot, unchanged.
+__device__ void conv_job(const CodecParams& p, const Job& job, int src_slot, int dst_slot) {
+  if (p.conv_elems <= 0) return;
+  copy_conv_chunk(p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
+                  p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
+                  p.conv_elems, job.part - p.HV);
+}
+
 // Store: one block per (pair, layer, head) encodes a [d_v, d_k] head; extra blocks copy conv.
 // Warp w holds rows w, w + 16, ... (up to MAXR rows) in registers; lane l holds key columns
 // (c * 32 + l) * VEC + e. Column amax: per-warp maxima in shared memory, then one thread per
@@ -223,14 +208,7 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
 
   const Job job = decode_job(p.HV, p.conv_blocks, p.L);
   const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
-  if (job.part >= p.HV) {
-    if (p.conv_elems > 0) {
-      copy_conv_chunk(p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
-                      p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
-                      p.conv_elems, job.part - p.HV);
-    }
-    return;
-  }
+  if (job.part >= p.HV) return conv_job(p, job, src_slot, dst_slot);
   const int h = job.part;
   const size_t head = static_cast<size_t>(p.dv) * p.dk;
   const ActiveT* src = reinterpret_cast<const ActiveT*>(p.src_temporal) +
@@ -355,14 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
   const Job job = decode_job(p.HV, p.conv_blocks, p.L);
   const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
-  if (job.part >= p.HV) {
-    if (p.conv_elems > 0) {
-      copy_conv_chunk(p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
-                      p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
-                      p.conv_elems, job.part - p.HV);
-    }
-    return;
-  }
+  if (job.part >= p.HV) return conv_job(p, job, src_slot, dst_slot);
   const int h = job.part;
   const size_t head = static_cast<size_t>(p.dv) * p.dk;
   const ValueT* src = reinterpret_cast<const ValueT*>(p.src_temporal) +

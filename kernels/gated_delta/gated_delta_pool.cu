@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/vector_io.cuh"
 
 namespace statecheck::cuda {
 
@@ -33,54 +34,6 @@ __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
-}
-
-// Loads VEC consecutive state elements starting at p (16/8-byte vector loads when VEC == 4).
-template <int VEC>
-__device__ __forceinline__ void load_state(const float* p, float* out) {
-  if constexpr (VEC == 4) {
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) out[e] = p[e];
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void load_state(const __nv_bfloat16* p, float* out) {
-  if constexpr (VEC == 4) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-    const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-    const float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
-    out[0] = fa.x, out[1] = fa.y, out[2] = fb.x, out[3] = fb.y;
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) out[e] = __bfloat162float(p[e]);
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void store_state(float* p, const float* in) {
-  if constexpr (VEC == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) p[e] = in[e];
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void store_state(__nv_bfloat16* p, const float* in) {
-  if constexpr (VEC == 4) {
-    const __nv_bfloat162 a = __floats2bfloat162_rn(in[0], in[1]);
-    const __nv_bfloat162 b = __floats2bfloat162_rn(in[2], in[3]);
-    uint2 raw;
-    raw.x = *reinterpret_cast<const uint32_t*>(&a);
-    raw.y = *reinterpret_cast<const uint32_t*>(&b);
-    *reinterpret_cast<uint2*>(p) = raw;
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) p[e] = __float2bfloat16_rn(in[e]);
-  }
 }
 
 // Grid (num_seqs, HV, ceil(d_v / 32)), block 128 threads. Each warp owns 8 state rows of one
@@ -113,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32) gated_delta_pool_kernel(Params p)
 #pragma unroll
     for (int c = 0; c < NCHUNK; ++c) {
       if (row < dv && col_ok[c]) {
-        load_state<VEC>(S + static_cast<size_t>(row) * dk + col[c], &s[r][c * VEC]);
+        load_vec<VEC>(S + static_cast<size_t>(row) * dk + col[c], &s[r][c * VEC]);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) s[r][c * VEC + e] = 0.0f;
@@ -192,7 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32) gated_delta_pool_kernel(Params p)
     if (row >= dv) break;
 #pragma unroll
     for (int c = 0; c < NCHUNK; ++c)
-      if (col_ok[c]) store_state<VEC>(S + static_cast<size_t>(row) * dk + col[c], &s[r][c * VEC]);
+      if (col_ok[c]) store_vec<VEC>(S + static_cast<size_t>(row) * dk + col[c], &s[r][c * VEC]);
   }
 }
 
@@ -248,7 +201,7 @@ __global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4) ga
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
       if (row_ok[i]) {
-        load_state<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
+        load_vec<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[i][c * 4 + e] = 0.0f;
@@ -347,7 +300,7 @@ __global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4) ga
   for (int i = 0; i < RPL; ++i)
     if (row_ok[i])
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) store_state<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
+      for (int c = 0; c < NCH; ++c) store_vec<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
 }
 
 template <int NCH, bool PREFETCH, int RPL>
