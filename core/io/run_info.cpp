@@ -41,8 +41,10 @@ RunInfo RunInfo::collect(const std::string& command_line, uint64_t seed, const s
   RunInfo r;
   r.tool_version = STATECHECK_VERSION;
   const std::string src = STATECHECK_SOURCE_DIR;
-  r.git_commit = run_command("git -C '" + src + "' rev-parse HEAD 2>/dev/null");
-  if (r.git_commit.empty()) r.git_commit = "unknown";
+  r.git_commit = run_command("git -C '" + src + "' rev-parse --verify -q HEAD 2>/dev/null");
+  const bool hex40 = r.git_commit.size() == 40 &&
+                     r.git_commit.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (!hex40) r.git_commit = "unknown";
   else if (!run_command("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
     r.git_commit += "-dirty";
   r.command_line = command_line;

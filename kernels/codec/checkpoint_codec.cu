@@ -97,45 +97,6 @@ struct CkptValue<Kind::fp8> { using T = uint8_t; };
 template <>
 struct CkptValue<Kind::fp8_raw> { using T = uint8_t; };
 
-// 4 checkpoint values from p as fp32, before scaling: int8 codes, E4M3 codes, bf16 or fp32 values
-// (one 4-, 8- or 16-byte load; p is aligned to 4 elements).
-template <typename ValueT, Kind K>
-__device__ __forceinline__ void load4(const ValueT* p, float* out) {
-  if constexpr (sizeof(ValueT) == 1) {
-    const uchar4 c = *reinterpret_cast<const uchar4*>(p);
-    const uint8_t b[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      // int8 -> fp32 exactly without I2F: the bit pattern 0x4B400000 + q is 1.5 * 2^23 + q.
-      if constexpr (K == Kind::int8)
-        out[e] = __int_as_float(0x4B400000 + static_cast<int>(static_cast<int8_t>(b[e]))) - 12582912.0f;
-      else out[e] = fp8_decode(b[e]);
-    }
-  } else if constexpr (sizeof(ValueT) == 2) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
-  } else {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    out[0] = f.x, out[1] = f.y, out[2] = f.z, out[3] = f.w;
-  }
-}
-
-template <typename ActiveT>
-__device__ __forceinline__ void store4(ActiveT* p, const float* v) {
-  if constexpr (sizeof(ActiveT) == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  } else {
-    const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]);
-    const __nv_bfloat162 b = __floats2bfloat162_rn(v[2], v[3]);
-    uint2 raw;
-    raw.x = *reinterpret_cast<const uint32_t*>(&a);
-    raw.y = *reinterpret_cast<const uint32_t*>(&b);
-    *reinterpret_cast<uint2*>(p) = raw;
-  }
-}
-
 struct Job {
   int pair, layer, part;  // part < HV: a head; else a conv chunk
 };
@@ -343,37 +304,6 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   const ScaleT* scales = kScaled ? reinterpret_cast<const ScaleT*>(p.src_scales) +
                                        ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * p.dk
                                  : nullptr;
-  __shared__ __align__(16) float sh_scale[kScaled ? 256 : 1];
-  if constexpr (kScaled) {
-    for (int j = threadIdx.x; j < p.dk; j += blockDim.x) sh_scale[j] = to_float<ScaleT>(scales[j]);
-    __syncthreads();
-  }
-  if (p.dk % 4 == 0) {
-    // Fast path: quads of 4 consecutive elements; quad q of a thread is threadIdx.x + u * blockDim.x,
-    // so every warp access is one contiguous run (4-byte codes, 16-byte fp32 or 8-byte bf16
-    // stores). Up to kQuads quads per thread are loaded before any is converted (ILP).
-    constexpr int kQuads = 8;
-    const int nquads = static_cast<int>(head / 4);
-    for (int base = threadIdx.x; base < nquads; base += kQuads * blockDim.x) {
-      float vals[kQuads][4];
-#pragma unroll
-      for (int u = 0; u < kQuads; ++u) {
-        const int qi = base + u * blockDim.x;
-        if (qi < nquads) load4<ValueT, K>(src + static_cast<size_t>(qi) * 4, vals[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < kQuads; ++u) {
-        const int qi = base + u * blockDim.x;
-        if (qi >= nquads) continue;
-        if constexpr (kScaled) {
-          const float4 sc = *reinterpret_cast<const float4*>(&sh_scale[(qi * 4) % p.dk]);
-          vals[u][0] *= sc.x, vals[u][1] *= sc.y, vals[u][2] *= sc.z, vals[u][3] *= sc.w;
-        }
-        store4<ActiveT>(dst + static_cast<size_t>(qi) * 4, vals[u]);
-      }
-    }
-    return;
-  }
   const bool vec4 = p.dk % 4 == 0;
   const size_t step = static_cast<size_t>(blockDim.x) * (vec4 ? 4 : 1);
   for (size_t e0 = static_cast<size_t>(threadIdx.x) * (vec4 ? 4 : 1); e0 < head; e0 += step) {
