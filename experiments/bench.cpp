@@ -15,7 +15,6 @@
 #include "core/util/error.h"
 #include "experiments/experiment.h"
 
-
 namespace statecheck {
 
 namespace {
@@ -48,7 +47,8 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   // Copy bandwidth of one core: memcpy of a buffer well past the caches; bytes = read + write.
   const size_t copy_bytes = size_t(o.quick ? 64 : 256) << 20;
   std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
-  const double copy_s = median_seconds(repeats, [&] { std::memcpy(dst.data(), src.data(), copy_bytes); });
+  const double copy_s =
+      median_seconds(repeats, [&] { std::memcpy(dst.data(), src.data(), copy_bytes); });
   const double copy_gbps = 2.0 * copy_bytes / copy_s / 1e9;
 
   // Reference recurrence: all heads of one layer of the model, T tokens, one core.
@@ -57,7 +57,8 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const LayerInputs in = synthetic_inputs(drive, shape, o.seed, 0, T);
   std::vector<float> S(static_cast<size_t>(shape.HV) * shape.dv * shape.dk, 0.0f);
   BenchRow ref{"cpu_reference_fp32", 0, 0, 0};
-  ref.seconds = median_seconds(repeats, [&] { gated_delta_layer_fp32(shape, in, 0, T, S.data(), nullptr); });
+  ref.seconds =
+      median_seconds(repeats, [&] { gated_delta_layer_fp32(shape, in, 0, T, S.data(), nullptr); });
   ref.flops = gated_delta_flops_per_head_token(shape.dk, shape.dv) * shape.HV * T;
   // Byte model: state read + written once per token (it stays in cache between tokens, so this is
   // an upper bound of memory traffic), plus the token inputs.
@@ -67,7 +68,8 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   // Codecs: encode + decode of the whole multi-layer state of the model at its TP shard.
   const StateShape ss{m.linear_layer_count(), shape.HV, shape.dv, shape.dk};
   MultiLayerState state(ss);
-  for (size_t e = 0; e < state.data.size(); ++e) state.data[e] = static_cast<float>(((e * 2654435761u) % 2001) - 1000) * 1e-4f;
+  for (size_t e = 0; e < state.data.size(); ++e)
+    state.data[e] = static_cast<float>(((e * 2654435761u) % 2001) - 1000) * 1e-4f;
   for (const char* name : {"int8", "fp8_e4m3", "bf16"}) {
     const Codec c = parse_codec(name, parse_scale_dtype(o.scale_dtype_or_default()));
     EncodedState enc;
@@ -85,21 +87,27 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const std::string g = "bench";
   file.group(g);
   file.attr(g, "device", std::string("cpu, one core"));
-  file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s", "memcpy bandwidth of one core, bytes read + written / time");
+  file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s",
+                    "memcpy bandwidth of one core, bytes read + written / time");
   summary.set("bench.cpu_copy.gbps", copy_gbps);
-  fmt::print("\nbench (cpu, one core; {} repeats, medians)   copy bandwidth {:.2f} GB/s\n", repeats, copy_gbps);
-  fmt::print("  {:<30} {:>10} {:>10} {:>10} {:>12}\n", "kernel", "time ms", "GFLOP/s", "GB/s", "of copy");
+  fmt::print("\nbench (cpu, one core; {} repeats, medians)   copy bandwidth {:.2f} GB/s\n", repeats,
+             copy_gbps);
+  fmt::print("  {:<30} {:>10} {:>10} {:>10} {:>12}\n", "kernel", "time ms", "GFLOP/s", "GB/s",
+             "of copy");
   for (const auto& r : rows) {
     const double gbps = r.bytes / r.seconds / 1e9, gflops = r.flops / r.seconds / 1e9;
-    fmt::print("  {:<30} {:>10.3f} {:>10.2f} {:>10.2f} {:>11.1f}%\n", r.name, r.seconds * 1e3, gflops, gbps,
-               100.0 * gbps / copy_gbps);
+    fmt::print("  {:<30} {:>10.3f} {:>10.2f} {:>10.2f} {:>11.1f}%\n", r.name, r.seconds * 1e3,
+               gflops, gbps, 100.0 * gbps / copy_gbps);
     file.write_scalar(g + "/" + r.name + "/seconds", r.seconds, "s", "median time per call");
-    file.write_scalar(g + "/" + r.name + "/gbps", gbps, "GB/s", "bytes of the byte model / median time");
-    file.write_scalar(g + "/" + r.name + "/fraction_of_copy", gbps / copy_gbps, "1", "GB/s over the copy bandwidth");
+    file.write_scalar(g + "/" + r.name + "/gbps", gbps, "GB/s",
+                      "bytes of the byte model / median time");
+    file.write_scalar(g + "/" + r.name + "/fraction_of_copy", gbps / copy_gbps, "1",
+                      "GB/s over the copy bandwidth");
     summary.set("bench." + r.name + ".gbps", gbps);
     summary.set("bench." + r.name + ".fraction_of_copy", gbps / copy_gbps);
     if (r.flops > 0) {
-      file.write_scalar(g + "/" + r.name + "/gflops", gflops, "GFLOP/s", "6 d_k d_v flops per head and token / median time");
+      file.write_scalar(g + "/" + r.name + "/gflops", gflops, "GFLOP/s",
+                        "6 d_k d_v flops per head and token / median time");
       summary.set("bench." + r.name + ".gflops", gflops);
     }
   }

@@ -57,11 +57,13 @@ void fill_pool(void* dst, size_t slot_elems, int64_t slots, PoolDtype dtype, uin
     if (dtype == PoolDtype::fp32) {
       std::vector<float> v(slot_elems);
       for (size_t e = 0; e < slot_elems; ++e) v[e] = pattern[e] * k;
-      STATECHECK_CUDA_CHECK(cudaMemcpy(static_cast<float*>(dst) + s * slot_elems, v.data(), slot_elems * 4, cudaMemcpyHostToDevice));
+      STATECHECK_CUDA_CHECK(cudaMemcpy(static_cast<float*>(dst) + s * slot_elems, v.data(),
+                                       slot_elems * 4, cudaMemcpyHostToDevice));
     } else {
       std::vector<uint16_t> v(slot_elems);
       for (size_t e = 0; e < slot_elems; ++e) v[e] = bf16_bits_from_float(pattern[e] * k);
-      STATECHECK_CUDA_CHECK(cudaMemcpy(static_cast<uint16_t*>(dst) + s * slot_elems, v.data(), slot_elems * 2, cudaMemcpyHostToDevice));
+      STATECHECK_CUDA_CHECK(cudaMemcpy(static_cast<uint16_t*>(dst) + s * slot_elems, v.data(),
+                                       slot_elems * 2, cudaMemcpyHostToDevice));
     }
   }
 }
@@ -71,7 +73,9 @@ struct DevicePool {
   DeviceBuffer<uint8_t> temporal, scales;
   DeviceBuffer<uint16_t> conv;
   int64_t slots = 0;
-  StatePoolView view() { return {temporal.data(), scales.size() ? scales.data() : nullptr, conv.data(), slots}; }
+  StatePoolView view() {
+    return {temporal.data(), scales.size() ? scales.data() : nullptr, conv.data(), slots};
+  }
 };
 
 DevicePool make_pool(const PoolGeometry& g, int64_t slots, size_t value_bytes, size_t scale_bytes) {
@@ -85,11 +89,13 @@ DevicePool make_pool(const PoolGeometry& g, int64_t slots, size_t value_bytes, s
 }
 
 // Checks store + load of `n` slots against the CPU codec for every head; returns mismatches.
-long validate_codec(const PoolGeometry& g, DevicePool& active, PoolDtype adt, DevicePool& ckpt, const Codec& c,
-                    const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
+long validate_codec(const PoolGeometry& g, DevicePool& active, PoolDtype adt, DevicePool& ckpt,
+                    const Codec& c, const std::vector<int32_t>& src,
+                    const std::vector<int32_t>& dst) {
   const size_t head = static_cast<size_t>(g.dv) * g.dk, ab = pool_dtype_bytes(adt);
   const std::vector<uint8_t> a = active.temporal.download(), v = ckpt.temporal.download();
-  const std::vector<uint8_t> s = ckpt.scales.size() ? ckpt.scales.download() : std::vector<uint8_t>();
+  const std::vector<uint8_t> s =
+      ckpt.scales.size() ? ckpt.scales.download() : std::vector<uint8_t>();
   std::vector<float> S(head);
   std::vector<uint8_t> want_v(head * c.value_bytes()), want_s(g.dk * c.scale_bytes());
   long bad = 0;
@@ -99,7 +105,8 @@ long validate_codec(const PoolGeometry& g, DevicePool& active, PoolDtype adt, De
         const size_t ai = (static_cast<size_t>(l) * active.slots + src[i]) * g.HV + h;
         const size_t ci = (static_cast<size_t>(l) * ckpt.slots + dst[i]) * g.HV + h;
         for (size_t e = 0; e < head; ++e) {
-          if (adt == PoolDtype::fp32) std::memcpy(&S[e], a.data() + (ai * head + e) * ab, 4);
+          if (adt == PoolDtype::fp32)
+            std::memcpy(&S[e], a.data() + (ai * head + e) * ab, 4);
           else {
             uint16_t b;
             std::memcpy(&b, a.data() + (ai * head + e) * ab, 2);
@@ -107,53 +114,77 @@ long validate_codec(const PoolGeometry& g, DevicePool& active, PoolDtype adt, De
           }
         }
         encode_head(c, S.data(), g.dv, g.dk, want_v.data(), want_s.data(), {l, h});
-        bad += std::memcmp(want_v.data(), v.data() + ci * head * c.value_bytes(), want_v.size()) != 0;
-        if (c.scale_bytes()) bad += std::memcmp(want_s.data(), s.data() + ci * g.dk * c.scale_bytes(), want_s.size()) != 0;
+        bad +=
+            std::memcmp(want_v.data(), v.data() + ci * head * c.value_bytes(), want_v.size()) != 0;
+        if (c.scale_bytes())
+          bad += std::memcmp(want_s.data(), s.data() + ci * g.dk * c.scale_bytes(),
+                             want_s.size()) != 0;
       }
   return bad;
 }
 
-void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::vector<Row>& rows, int repeats) {
+void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::vector<Row>& rows,
+                  int repeats) {
   PoolGeometry g;
-  g.L = m.linear_layer_count(), g.HV = m.value_heads_shard(), g.dv = m.head_v_dim, g.dk = m.head_k_dim;
+  g.L = m.linear_layer_count(), g.HV = m.value_heads_shard(), g.dv = m.head_v_dim,
+  g.dk = m.head_k_dim;
   g.conv_elems = static_cast<int64_t>(m.conv_dim_shard()) * (m.conv_width - 1);
   const std::vector<int> ns = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 64};
   const int64_t slots = 65;
   for (PoolDtype adt : {PoolDtype::fp32, PoolDtype::bf16}) {
     DevicePool active = make_pool(g, slots, pool_dtype_bytes(adt), 0);
-    fill_pool(active.temporal.data(), static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots, slots, adt, 11);
+    fill_pool(active.temporal.data(), static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots,
+              slots, adt, 11);
     const std::string sd = adt == PoolDtype::fp32 ? "fp32" : "bf16";
     for (const std::string codec_name : {"int8", "fp8_e4m3", "copy"}) {
-      const Codec c = codec_name == "copy" ? parse_codec(sd) : parse_codec(codec_name, parse_scale_dtype(sd));
+      const Codec c =
+          codec_name == "copy" ? parse_codec(sd) : parse_codec(codec_name, parse_scale_dtype(sd));
       DevicePool ckpt = make_pool(g, slots, c.value_bytes(), c.scale_bytes());
       for (int n : ns) {
-        const std::vector<int32_t> src = distinct_slots(n, slots, 100 + n), dst = distinct_slots(n, slots, 200 + n);
+        const std::vector<int32_t> src = distinct_slots(n, slots, 100 + n),
+                                   dst = distinct_slots(n, slots, 200 + n);
         DeviceBuffer<int32_t> d_src = to_device(src), d_dst = to_device(dst);
         checkpoint_store(g, active.view(), adt, ckpt.view(), c, d_src.data(), d_dst.data(), n);
         STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
         if (n == 8 || n == ns.back()) {
           const long bad = validate_codec(g, active, adt, ckpt, c, src, dst);
-          if (bad) fail("bench: {} store ({} active, N {}) differs from the CPU codec in {} heads: no speed reported",
-                        c.kind_name(), sd, n, bad);
+          if (bad)
+            fail(
+                "bench: {} store ({} active, N {}) differs from the CPU codec in {} heads: no "
+                "speed reported",
+                c.kind_name(), sd, n, bad);
         }
-        const std::string base = fmt::format("{}_{}_active_N{}", codec_name == "copy" ? "slot_copy" : codec_name, sd, n);
+        const std::string base =
+            fmt::format("{}_{}_active_N{}", codec_name == "copy" ? "slot_copy" : codec_name, sd, n);
         Row store{"store_" + base};
-        store.ms = timer.time([&](cudaStream_t s) {
-                          checkpoint_store(g, active.view(), adt, ckpt.view(), c, d_src.data(), d_dst.data(), n, nullptr, s);
-                        }, repeats).median_ms;
+        store.ms = timer
+                       .time(
+                           [&](cudaStream_t s) {
+                             checkpoint_store(g, active.view(), adt, ckpt.view(), c, d_src.data(),
+                                              d_dst.data(), n, nullptr, s);
+                           },
+                           repeats)
+                       .median_ms;
         store.bytes = checkpoint_store_bytes(g, adt, c, n);
         rows.push_back(store);
-        // Load into different active slots (copy-on-write); validated against decode of the stored bytes.
+        // Load into different active slots (copy-on-write); validated against decode of the stored
+        // bytes.
         const std::vector<int32_t> back = distinct_slots(n, slots, 300 + n);
         DeviceBuffer<int32_t> d_back = to_device(back);
         Row load{"load_" + base};
-        load.ms = timer.time([&](cudaStream_t s) {
-                         checkpoint_load(g, ckpt.view(), c, active.view(), adt, d_dst.data(), d_back.data(), n, s);
-                       }, repeats).median_ms;
+        load.ms = timer
+                      .time(
+                          [&](cudaStream_t s) {
+                            checkpoint_load(g, ckpt.view(), c, active.view(), adt, d_dst.data(),
+                                            d_back.data(), n, s);
+                          },
+                          repeats)
+                      .median_ms;
         load.bytes = checkpoint_load_bytes(g, adt, c, n);
         rows.push_back(load);
         // Restore the active pool's random contents for the next store (load overwrote slots).
-        fill_pool(active.temporal.data(), static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots, slots, adt, 11);
+        fill_pool(active.temporal.data(),
+                  static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots, slots, adt, 11);
       }
     }
   }
@@ -169,7 +200,8 @@ struct DecodeShape {
 void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows, int repeats) {
   const int dk = 128, dv = 128;
   const std::vector<int> batches = o.quick ? std::vector<int>{1, 32} : std::vector<int>{1, 32, 256};
-  for (const DecodeShape& sh : {DecodeShape{"gdn_H16_HV32", 16, 32, GateKind::gdn}, DecodeShape{"kda_H32_HV32", 32, 32, GateKind::kda}}) {
+  for (const DecodeShape& sh : {DecodeShape{"gdn_H16_HV32", 16, 32, GateKind::gdn},
+                                DecodeShape{"kda_H32_HV32", 32, 32, GateKind::kda}}) {
     for (PoolDtype dt : {PoolDtype::fp32, PoolDtype::bf16}) {
       for (const int batch : batches) {
         for (bool prefill : {false, true}) {
@@ -180,23 +212,28 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           const int B = prefill ? (o.quick ? 16 : 64) : batch;
           // Host batch (inputs and pool) for validation and upload.
           HostPoolBatch hb;
-          hb.H = sh.H, hb.HV = sh.HV, hb.dk = dk, hb.dv = dv, hb.gate = sh.gate, hb.state_dtype = dt;
+          hb.H = sh.H, hb.HV = sh.HV, hb.dk = dk, hb.dv = dv, hb.gate = sh.gate,
+          hb.state_dtype = dt;
           const int64_t slots = B + 1;
           const size_t slot_elems = static_cast<size_t>(sh.HV) * dv * dk;
           Rng rng(7);
           std::vector<float> pool(slots * slot_elems);
           for (auto& x : pool) x = static_cast<float>(0.06 * rng.normal());
-          if (dt == PoolDtype::fp32) hb.pool_fp32 = pool;
+          if (dt == PoolDtype::fp32)
+            hb.pool_fp32 = pool;
           else {
             hb.pool_bf16.resize(pool.size());
-            for (size_t e = 0; e < pool.size(); ++e) hb.pool_bf16[e] = bf16_bits_from_float(pool[e]);
+            for (size_t e = 0; e < pool.size(); ++e)
+              hb.pool_bf16[e] = bf16_bits_from_float(pool[e]);
           }
           hb.slot_ids = distinct_slots(B, slots, 5);
           hb.cu_seqlens.resize(B + 1);
           for (int b = 0; b <= B; ++b) hb.cu_seqlens[b] = b * T;
           RecurrenceShape rs;
           rs.H = sh.H, rs.HV = sh.HV, rs.dk = dk, rs.dv = dv, rs.gate = sh.gate;
-          const LayerInputs in = synthetic_inputs(sh.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, rs, 3, 0, B * T);
+          const LayerInputs in =
+              synthetic_inputs(sh.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda,
+                               rs, 3, 0, B * T);
           auto bits = [](const std::vector<float>& a) {
             std::vector<uint16_t> r(a.size());
             for (size_t i = 0; i < a.size(); ++i) r[i] = bf16_bits_from_float(a[i]);
@@ -205,21 +242,28 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           hb.q = bits(in.q), hb.k = bits(in.k), hb.v = bits(in.v), hb.g = in.g, hb.beta = in.beta;
           DeviceBuffer<float> d_pool32;
           DeviceBuffer<uint16_t> d_pool16;
-          if (dt == PoolDtype::fp32) d_pool32.upload(hb.pool_fp32);
-          else d_pool16.upload(hb.pool_bf16);
+          if (dt == PoolDtype::fp32)
+            d_pool32.upload(hb.pool_fp32);
+          else
+            d_pool16.upload(hb.pool_bf16);
           DeviceBuffer<int32_t> d_ids = to_device(hb.slot_ids), d_cu = to_device(hb.cu_seqlens);
-          DeviceBuffer<uint16_t> d_q = to_device(hb.q), d_k = to_device(hb.k), d_v = to_device(hb.v);
+          DeviceBuffer<uint16_t> d_q = to_device(hb.q), d_k = to_device(hb.k),
+                                 d_v = to_device(hb.v);
           DeviceBuffer<float> d_g = to_device(hb.g), d_beta = to_device(hb.beta);
           DeviceBuffer<uint16_t> d_o(static_cast<size_t>(B) * T * sh.HV * dv);
           d_o.fill_bytes(0xFF);
           GatedDeltaPoolArgs a;
-          a.num_seqs = B, a.H = sh.H, a.HV = sh.HV, a.dk = dk, a.dv = dv, a.gate = sh.gate, a.state_dtype = dt;
+          a.num_seqs = B, a.H = sh.H, a.HV = sh.HV, a.dk = dk, a.dv = dv, a.gate = sh.gate,
+          a.state_dtype = dt;
           a.max_seq_len = T;
-          a.state_pool = dt == PoolDtype::fp32 ? static_cast<void*>(d_pool32.data()) : static_cast<void*>(d_pool16.data());
+          a.state_pool = dt == PoolDtype::fp32 ? static_cast<void*>(d_pool32.data())
+                                               : static_cast<void*>(d_pool16.data());
           a.pool_slots = slots;
-          a.slot_ids = d_ids.data(), a.cu_seqlens = d_cu.data(), a.q = d_q.data(), a.k = d_k.data(), a.v = d_v.data();
+          a.slot_ids = d_ids.data(), a.cu_seqlens = d_cu.data(), a.q = d_q.data(), a.k = d_k.data(),
+          a.v = d_v.data();
           a.g = d_g.data(), a.beta = d_beta.data(), a.o = d_o.data();
-          // Validate one launch against the CPU reference (decode: all sequences; prefill: the first 4).
+          // Validate one launch against the CPU reference (decode: all sequences; prefill: the
+          // first 4).
           gated_delta_pool(a);
           STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
           {
@@ -232,18 +276,21 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
             double err = 0, ref = 0;
             for (size_t e = 0; e < static_cast<size_t>(check.cu_seqlens.back()) * sh.HV * dv; ++e) {
               const double r = float_from_bf16_bits(o_ref[e]), x = float_from_bf16_bits(o_gpu[e]);
-              if (!std::isfinite(x)) fail("bench: gated_delta_pool output {} not written: no speed reported", e);
+              if (!std::isfinite(x))
+                fail("bench: gated_delta_pool output {} not written: no speed reported", e);
               err += (x - r) * (x - r);
               ref += r * r;
             }
             // Outputs are bf16 on both sides: the relative RMS difference stays at bf16 rounding
             // level (2^-8); anything larger is a wrong kernel.
             if (std::sqrt(err / ref) > std::ldexp(1.0, -8))
-              fail("bench: gated_delta_pool {} B {} differs from the CPU reference (rel RMS {:.3g}): no speed reported",
-                   sh.name, B, std::sqrt(err / ref));
+              fail(
+                  "bench: gated_delta_pool {} B {} differs from the CPU reference (rel RMS "
+                  "{:.3g}): no speed reported",
+                  sh.name, B, std::sqrt(err / ref));
           }
-          Row r{fmt::format("{}_{}_{}_state_B{}{}", prefill ? "prefill" : "decode", sh.name, pool_dtype_name(dt), B,
-                            prefill ? fmt::format("_T{}", T) : "")};
+          Row r{fmt::format("{}_{}_{}_state_B{}{}", prefill ? "prefill" : "decode", sh.name,
+                            pool_dtype_name(dt), B, prefill ? fmt::format("_T{}", T) : "")};
           r.ms = timer.time([&](cudaStream_t s) { gated_delta_pool(a, s); }, repeats).median_ms;
           r.bytes = gated_delta_pool_bytes(a, static_cast<int64_t>(B) * T);
           r.flops = gated_delta_pool_flops(a, static_cast<int64_t>(B) * T);
@@ -267,8 +314,11 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const size_t stream_bytes = size_t(o.quick ? 1 : 4) << 30;
   const double read_gbps = measure_read_gbps(timer, stream_bytes, repeats);
   const double write_gbps = measure_write_gbps(timer, stream_bytes, repeats);
-  fmt::print("bench (cuda): {}\n  copy bandwidth (cudaMemcpy D2D, read + write): {:.1f} GB/s; read-only stream "
-             "{:.1f} GB/s; write-only stream {:.1f} GB/s\n", device, copy_gbps, read_gbps, write_gbps);
+  fmt::print(
+      "bench (cuda): {}\n  copy bandwidth (cudaMemcpy D2D, read + write): {:.1f} GB/s; read-only "
+      "stream "
+      "{:.1f} GB/s; write-only stream {:.1f} GB/s\n",
+      device, copy_gbps, read_gbps, write_gbps);
   std::vector<Row> rows;
   bench_codecs(m, o, timer, rows, repeats);
   bench_recurrence(o, timer, rows, repeats);
@@ -277,27 +327,35 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.group(g);
   file.attr(g, "device", device);
   file.attr(g, "repeats", static_cast<int64_t>(repeats));
-  file.attr(g, "timing", std::string("CUDA events, L2 flushed before each repeat, CUDA graph replay, median"));
-  file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s", "device-to-device cudaMemcpy, bytes read + written / median time");
+  file.attr(g, "timing",
+            std::string("CUDA events, L2 flushed before each repeat, CUDA graph replay, median"));
+  file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s",
+                    "device-to-device cudaMemcpy, bytes read + written / median time");
   summary.set("bench.copy.gbps", copy_gbps);
-  file.write_scalar(g + "/read_gbps", read_gbps, "GB/s", "read-only stream (16-byte loads, grid-stride), bytes / median time");
-  file.write_scalar(g + "/write_gbps", write_gbps, "GB/s", "write-only stream (16-byte stores, grid-stride), bytes / median time");
+  file.write_scalar(g + "/read_gbps", read_gbps, "GB/s",
+                    "read-only stream (16-byte loads, grid-stride), bytes / median time");
+  file.write_scalar(g + "/write_gbps", write_gbps, "GB/s",
+                    "write-only stream (16-byte stores, grid-stride), bytes / median time");
   summary.set("bench.read_stream.gbps", read_gbps);
   summary.set("bench.write_stream.gbps", write_gbps);
-  fmt::print("  {:<46} {:>10} {:>10} {:>9} {:>12}\n", "kernel", "time us", "GB/s", "of copy", "tokens/s");
+  fmt::print("  {:<46} {:>10} {:>10} {:>9} {:>12}\n", "kernel", "time us", "GB/s", "of copy",
+             "tokens/s");
   for (const auto& r : rows) {
     const double gbps = r.bytes / (r.ms * 1e-3) / 1e9;
-    fmt::print("  {:<46} {:>10.2f} {:>10.1f} {:>8.1f}% {:>12.3g}\n", r.name, r.ms * 1e3, gbps, 100 * gbps / copy_gbps,
-               r.tokens > 0 ? r.tokens / (r.ms * 1e-3) : 0.0);
+    fmt::print("  {:<46} {:>10.2f} {:>10.1f} {:>8.1f}% {:>12.3g}\n", r.name, r.ms * 1e3, gbps,
+               100 * gbps / copy_gbps, r.tokens > 0 ? r.tokens / (r.ms * 1e-3) : 0.0);
     const std::string k = g + "/" + r.name;
     file.write_scalar(k + "/median_ms", r.ms, "ms", "median time of one launch");
-    file.write_scalar(k + "/bytes", r.bytes, "bytes", "bytes of the kernel's byte model (read + written)");
+    file.write_scalar(k + "/bytes", r.bytes, "bytes",
+                      "bytes of the kernel's byte model (read + written)");
     file.write_scalar(k + "/gbps", gbps, "GB/s", "byte model / median time");
-    file.write_scalar(k + "/fraction_of_copy", gbps / copy_gbps, "1", "GB/s over the copy bandwidth of this run");
+    file.write_scalar(k + "/fraction_of_copy", gbps / copy_gbps, "1",
+                      "GB/s over the copy bandwidth of this run");
     summary.set("bench." + r.name + ".gbps", gbps);
     summary.set("bench." + r.name + ".fraction_of_copy", gbps / copy_gbps);
     if (r.tokens > 0) {
-      file.write_scalar(k + "/tokens_per_s", r.tokens / (r.ms * 1e-3), "tokens/s", "sequence tokens processed per second");
+      file.write_scalar(k + "/tokens_per_s", r.tokens / (r.ms * 1e-3), "tokens/s",
+                        "sequence tokens processed per second");
       summary.set("bench." + r.name + ".tokens_per_s", r.tokens / (r.ms * 1e-3));
     }
   }

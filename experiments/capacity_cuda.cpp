@@ -50,8 +50,9 @@ std::vector<uint16_t> bits(const std::vector<float>& a) {
 
 }  // namespace
 
-void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector<CapacityProbes>& points,
-                       H5Writer& file, Summary& summary) {
+void run_capacity_cuda(const Options& o, const ModelConfig& m,
+                       const std::vector<CapacityProbes>& points, H5Writer& file,
+                       Summary& summary) {
   std::string why;
   if (!device_available(&why)) fail("--device cuda: {}", why);
   const RecurrenceShape rs = RecurrenceShape::of_model(m);
@@ -59,7 +60,8 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector
   geo.L = m.linear_layer_count(), geo.HV = rs.HV, geo.dv = rs.dv, geo.dk = rs.dk;
   geo.conv_elems = static_cast<int64_t>(m.conv_dim_shard()) * (m.conv_width - 1);
   const PoolDtype adt = o.temporal_dtype == "bf16" ? PoolDtype::bf16 : PoolDtype::fp32;
-  const int parallel = 8, slots = parallel + 2;  // 0 reserved, 1..8 requests, 9 the cached bf16 state
+  const int parallel = 8,
+            slots = parallel + 2;  // 0 reserved, 1..8 requests, 9 the cached bf16 state
   const size_t slot_elems = static_cast<size_t>(geo.HV) * geo.dv * geo.dk;
   const size_t layer_elems = slot_elems * slots;
   const Codec int8 = parse_codec("int8", parse_scale_dtype(o.scale_dtype_or_default()));
@@ -81,7 +83,8 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector
   const int64_t T_all = max_prompt * parallel;
   const DriveKind dk = m.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::init_kda;
   const LayerInputs in = synthetic_inputs(dk, rs, o.seed, 0, static_cast<int>(T_all));
-  DeviceBuffer<uint16_t> q = to_device(bits(in.q)), k = to_device(bits(in.k)), v = to_device(bits(in.v));
+  DeviceBuffer<uint16_t> q = to_device(bits(in.q)), k = to_device(bits(in.k)),
+                         v = to_device(bits(in.v));
   DeviceBuffer<float> g = to_device(in.g), beta = to_device(in.beta);
 
   // Prefill the cached state once and donate it (timed), so hits restore real numbers.
@@ -103,13 +106,17 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector
       longest = std::max(longest, lens[i]);
     }
     if (cu_host.back() == 0) return;
-    STATECHECK_CUDA_CHECK(cudaMemcpyAsync(cu.data(), cu_host.data(), cu_host.size() * 4, cudaMemcpyHostToDevice, stream));
+    STATECHECK_CUDA_CHECK(cudaMemcpyAsync(cu.data(), cu_host.data(), cu_host.size() * 4,
+                                          cudaMemcpyHostToDevice, stream));
     for (int l = 0; l < geo.L; ++l) {
       GatedDeltaPoolArgs a;
-      a.num_seqs = static_cast<int>(lens.size()), a.H = rs.H, a.HV = rs.HV, a.dk = rs.dk, a.dv = rs.dv;
-      a.gate = rs.gate, a.state_dtype = adt, a.pool_slots = slots, a.max_seq_len = static_cast<int>(longest);
+      a.num_seqs = static_cast<int>(lens.size()), a.H = rs.H, a.HV = rs.HV, a.dk = rs.dk,
+      a.dv = rs.dv;
+      a.gate = rs.gate, a.state_dtype = adt, a.pool_slots = slots,
+      a.max_seq_len = static_cast<int>(longest);
       a.state_pool = active.data() + static_cast<size_t>(l) * layer_elems * pool_dtype_bytes(adt);
-      a.slot_ids = slot_ids, a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
+      a.slot_ids = slot_ids, a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(),
+      a.v = v.data();
       a.g = g.data(), a.beta = beta.data();
       gated_delta_pool(a, stream);
     }
@@ -122,7 +129,8 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector
   };
 
   prefill({max_prompt}, cached_slot.data());
-  checkpoint_store(geo, av, adt, cv, int8, cached_slot.data(), one.data(), 1, nullptr, stream);  // warm-up
+  checkpoint_store(geo, av, adt, cv, int8, cached_slot.data(), one.data(), 1, nullptr,
+                   stream);  // warm-up
   std::vector<double> donate_ms;
   for (int r = 0; r < 5; ++r) {
     STATECHECK_CUDA_CHECK(cudaEventRecord(e0, stream));
@@ -134,15 +142,16 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector
   const std::string gname = "capacity/cuda";
   file.group(gname);
   file.attr(gname, "device", device_description());
-  file.attr(gname, "work", std::string("linear-attention state work only: copy-on-write + recurrent prefill of "
-                                       "the uncached tokens, all linear layers, project kernels"));
+  file.attr(gname, "work",
+            std::string("linear-attention state work only: copy-on-write + recurrent prefill of "
+                        "the uncached tokens, all linear layers, project kernels"));
   file.write_scalar(gname + "/donate_ms", percentile(donate_ms, 0.5), "ms",
                     "median time of one int8 donate (checkpoint_store of one slot, all layers)");
   summary.set("capacity.cuda.donate_ms", percentile(donate_ms, 0.5));
   std::vector<double> all_hits, all_misses;
   const size_t max_samples = o.quick ? 16 : 64;
-  fmt::print("capacity (cuda): {}\n  {:>5} {:>5} {:>7} {:>9} {:>9} {:>9} {:>12}\n", device_description(), "mode", "K",
-             "probes", "p50 ms", "p90 ms", "p99 ms", "probes/s");
+  fmt::print("capacity (cuda): {}\n  {:>5} {:>5} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
+             device_description(), "mode", "K", "probes", "p50 ms", "p90 ms", "p99 ms", "probes/s");
   for (const auto& pt : points) {
     // An even sample of the PROBE pass.
     std::vector<RequestRecord> sample;
@@ -152,8 +161,10 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector
     for (const auto& r : sample) {
       STATECHECK_CUDA_CHECK(cudaEventRecord(e0, stream));
       if (r.cached_tokens > 0) {
-        if (pt.mode == "int8") checkpoint_load(geo, cv, int8, av, adt, one.data(), one.data(), 1, stream);
-        else checkpoint_load(geo, av, copy, av, adt, cached_slot.data(), one.data(), 1, stream);
+        if (pt.mode == "int8")
+          checkpoint_load(geo, cv, int8, av, adt, one.data(), one.data(), 1, stream);
+        else
+          checkpoint_load(geo, av, copy, av, adt, cached_slot.data(), one.data(), 1, stream);
       }
       prefill({r.prompt_len - r.cached_tokens}, one.data());
       STATECHECK_CUDA_CHECK(cudaEventRecord(e1, stream));
@@ -175,8 +186,10 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector
         std::vector<int32_t> src_host(hit_slots.size(), pt.mode == "int8" ? 1 : 9);
         DeviceBuffer<int32_t> src = to_device(src_host);
         const int nh = static_cast<int>(hit_slots.size());
-        if (pt.mode == "int8") checkpoint_load(geo, cv, int8, av, adt, src.data(), dst.data(), nh, stream);
-        else checkpoint_load(geo, av, copy, av, adt, src.data(), dst.data(), nh, stream);
+        if (pt.mode == "int8")
+          checkpoint_load(geo, cv, int8, av, adt, src.data(), dst.data(), nh, stream);
+        else
+          checkpoint_load(geo, av, copy, av, adt, src.data(), dst.data(), nh, stream);
       }
       prefill(lens, ids.data());
     }
@@ -187,26 +200,33 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector
     all_misses.insert(all_misses.end(), miss_lat.begin(), miss_lat.end());
     const std::string key = fmt::format("capacity.cuda.{}.K{}", pt.mode, pt.K);
     const std::string pg = fmt::format("{}/{}/K{}", gname, pt.mode, pt.K);
-    file.write(pg + "/probe_latency_ms", lat, {lat.size()}, "ms", "per sampled PROBE request, launched alone");
+    file.write(pg + "/probe_latency_ms", lat, {lat.size()}, "ms",
+               "per sampled PROBE request, launched alone");
     file.write_scalar(pg + "/throughput_rps", rps, "requests/s", "sampled probes in batches of 8");
-    file.write_scalar(pg + "/hit_fraction", sample.empty() ? 0.0 : double(hit_lat.size()) / sample.size(), "1",
+    file.write_scalar(pg + "/hit_fraction",
+                      sample.empty() ? 0.0 : double(hit_lat.size()) / sample.size(), "1",
                       "share of the sampled probes served from the cache");
-    for (const auto& [name, p] : {std::pair<const char*, double>{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}}) {
+    for (const auto& [name, p] :
+         {std::pair<const char*, double>{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}}) {
       summary.set(key + ".probe_" + name + "_ms", percentile(lat, p));
-      file.write_scalar(pg + "/probe_" + name + "_ms", percentile(lat, p), "ms", "latency percentile of the probes");
+      file.write_scalar(pg + "/probe_" + name + "_ms", percentile(lat, p), "ms",
+                        "latency percentile of the probes");
     }
     summary.set(key + ".throughput_rps", rps);
-    fmt::print("  {:>5} {:>5} {:>7} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.1f}\n", pt.mode, pt.K, sample.size(),
-               percentile(lat, 0.5), percentile(lat, 0.9), percentile(lat, 0.99), rps);
+    fmt::print("  {:>5} {:>5} {:>7} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.1f}\n", pt.mode, pt.K,
+               sample.size(), percentile(lat, 0.5), percentile(lat, 0.9), percentile(lat, 0.99),
+               rps);
   }
   const double hit = percentile(all_hits, 0.5), miss = percentile(all_misses, 0.5);
   summary.set("capacity.cuda.hit_p50_ms", hit);
   summary.set("capacity.cuda.miss_p50_ms", miss);
   summary.set("capacity.cuda.miss_over_hit", hit > 0 ? miss / hit : std::nan(""));
-  file.write_scalar(gname + "/hit_p50_ms", hit, "ms", "median latency of a probe served from the cache");
-  file.write_scalar(gname + "/miss_p50_ms", miss, "ms", "median latency of a probe recomputed from scratch");
-  fmt::print("  hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f}), donate {:.3f} ms\n", hit, miss, miss / hit,
-             percentile(donate_ms, 0.5));
+  file.write_scalar(gname + "/hit_p50_ms", hit, "ms",
+                    "median latency of a probe served from the cache");
+  file.write_scalar(gname + "/miss_p50_ms", miss, "ms",
+                    "median latency of a probe recomputed from scratch");
+  fmt::print("  hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f}), donate {:.3f} ms\n", hit, miss,
+             miss / hit, percentile(donate_ms, 0.5));
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
 }

@@ -21,8 +21,8 @@ struct CapacityProbes {
 // Replays the probes on the GPU with the model's real state shape and records latency percentiles
 // and throughput under capacity/cuda and the summary keys capacity.cuda.*. Throws
 // statecheck::Error without a usable GPU.
-void run_capacity_cuda(const Options& o, const ModelConfig& m, const std::vector<CapacityProbes>& points,
-                       H5Writer& file, Summary& summary);
+void run_capacity_cuda(const Options& o, const ModelConfig& m,
+                       const std::vector<CapacityProbes>& points, H5Writer& file, Summary& summary);
 #endif
 
 }  // namespace statecheck

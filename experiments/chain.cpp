@@ -62,9 +62,11 @@ LayerInputs without_contraction(LayerInputs in) {
 }  // namespace
 
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  if (o.device != "cpu" && o.device != "cuda") fail("--device must be cpu or cuda, got '{}'", o.device);
+  if (o.device != "cpu" && o.device != "cuda")
+    fail("--device must be cpu or cuda, got '{}'", o.device);
 #ifndef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda") fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+  if (o.device == "cuda")
+    fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif
   const StatesSource source = StatesSource::from_options(o, m);
   const RecurrenceShape shape = RecurrenceShape::of_model(m);
@@ -75,15 +77,18 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   for (int n : ns)
     if (T % n != 0) fail("chain: T = {} tokens is not divisible by n = {} checkpoints", T, n);
   const int L_all = m.linear_layer_count();
-  const int L = o.chain_layers > 0 ? std::min(o.chain_layers, L_all) : (o.quick ? std::min(2, L_all) : L_all);
+  const int L =
+      o.chain_layers > 0 ? std::min(o.chain_layers, L_all) : (o.quick ? std::min(2, L_all) : L_all);
   const int HV = shape.HV, dv = shape.dv, dk = shape.dk;
   const size_t head = static_cast<size_t>(dv) * dk;
   const int variants = 2;  // 0: the drive as is; 1: ablation without contraction
   const char* variant_names[variants] = {"", "ablation_no_contraction"};
 
-  fmt::print("chain: model {} (TP {}), drive {}, codec {} ({} scale), T {}, n in 1..128, layers {}/{}, {} heads each\n",
-             m.name, m.tp, source.drive_name(), codec.kind_name(), scale_dtype_name(codec.scale_dtype), T, L, L_all,
-             HV);
+  fmt::print(
+      "chain: model {} (TP {}), drive {}, codec {} ({} scale), T {}, n in 1..128, layers {}/{}, {} "
+      "heads each\n",
+      m.name, m.tp, source.drive_name(), codec.kind_name(), scale_dtype_name(codec.scale_dtype), T,
+      L, L_all, HV);
 
   std::vector<ChainAccumulator> per_layer(L, ChainAccumulator(variants, ns));
   Progress progress("chain layers", L);
@@ -153,10 +158,12 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
                "relative error right after checkpoint c (column) for each n (row); NaN past n");
     file.write(vg + "/checkpoint_position", positions, {ns.size(), 128}, "tokens",
                "token position of checkpoint c for each n; NaN past n");
-    file.write_scalar(vg + "/saturation_ratio", n32 > 0 ? n128 / n32 : NAN, "1", "relerr(n=128) / relerr(n=32)");
+    file.write_scalar(vg + "/saturation_ratio", n32 > 0 ? n128 / n32 : NAN, "1",
+                      "relerr(n=128) / relerr(n=32)");
   }
 #ifdef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda") run_chain_cuda(m, source, codec, T, L, kAblationBetaFactor, file, summary);
+  if (o.device == "cuda")
+    run_chain_cuda(m, source, codec, T, L, kAblationBetaFactor, file, summary);
 #endif
   fmt::print("chain: {:.1f} s\n", progress.elapsed());
 }

@@ -21,8 +21,8 @@ namespace statecheck {
 
 using namespace statecheck::cuda;
 
-void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Codec& codec, int T, int layers,
-                    double ablation_beta_factor, H5Writer& file, Summary& summary) {
+void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Codec& codec, int T,
+                    int layers, double ablation_beta_factor, H5Writer& file, Summary& summary) {
   std::string why;
   if (!device_available(&why)) fail("--device cuda: {}", why);
   const RecurrenceShape rs = RecurrenceShape::of_model(m);
@@ -56,10 +56,12 @@ void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Code
         for (auto& x : in.g) x = 0.0f;
         for (auto& b : in.beta) b = static_cast<float>(b * ablation_beta_factor);
       }
-      DeviceBuffer<uint16_t> q = to_device(bits(in.q)), k = to_device(bits(in.k)), v = to_device(bits(in.v));
+      DeviceBuffer<uint16_t> q = to_device(bits(in.q)), k = to_device(bits(in.k)),
+                             v = to_device(bits(in.v));
       DeviceBuffer<float> g = to_device(in.g), beta = to_device(in.beta);
       for (int s = 1; s < slots; ++s)
-        STATECHECK_CUDA_CHECK(cudaMemcpy(pool.data() + s * slot_elems, initial.data(), slot_elems * 4, cudaMemcpyHostToDevice));
+        STATECHECK_CUDA_CHECK(cudaMemcpy(pool.data() + s * slot_elems, initial.data(),
+                                         slot_elems * 4, cudaMemcpyHostToDevice));
       DeviceBuffer<int32_t> cu(2);
       auto run = [&](int slot, int t0, int t1) {
         const std::vector<int32_t> cu_host = {0, t1 - t0};
@@ -68,20 +70,25 @@ void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Code
         a.num_seqs = 1, a.H = rs.H, a.HV = HV, a.dk = dk, a.dv = dv, a.gate = rs.gate;
         a.state_dtype = PoolDtype::fp32, a.state_pool = pool.data(), a.pool_slots = slots;
         a.slot_ids = slot_id[slot].data(), a.cu_seqlens = cu.data(), a.max_seq_len = t1 - t0;
-        a.q = q.data() + static_cast<size_t>(t0) * rs.H * dk, a.k = k.data() + static_cast<size_t>(t0) * rs.H * dk;
-        a.v = v.data() + static_cast<size_t>(t0) * HV * dv, a.g = g.data() + static_cast<size_t>(t0) * rs.gate_width();
+        a.q = q.data() + static_cast<size_t>(t0) * rs.H * dk,
+        a.k = k.data() + static_cast<size_t>(t0) * rs.H * dk;
+        a.v = v.data() + static_cast<size_t>(t0) * HV * dv,
+        a.g = g.data() + static_cast<size_t>(t0) * rs.gate_width();
         a.beta = beta.data() + static_cast<size_t>(t0) * HV;
         gated_delta_pool(a);
       };
       run(1, 0, T);
       StatePoolView av{pool.data(), nullptr, nullptr, slots};
-      StatePoolView cv{ck_values.data(), codec.has_scales() ? ck_scales.data() : nullptr, nullptr, slots};
+      StatePoolView cv{ck_values.data(), codec.has_scales() ? ck_scales.data() : nullptr, nullptr,
+                       slots};
       for (size_t i = 0; i < ns.size(); ++i) {
         const int slot = 2 + static_cast<int>(i), spacing = T / ns[i];
         for (int c = 0; c < ns[i]; ++c) {
           run(slot, c * spacing, (c + 1) * spacing);
-          checkpoint_store(geo, av, PoolDtype::fp32, cv, codec, slot_id[slot].data(), slot_id[slot].data(), 1, err.data());
-          checkpoint_load(geo, cv, codec, av, PoolDtype::fp32, slot_id[slot].data(), slot_id[slot].data(), 1);
+          checkpoint_store(geo, av, PoolDtype::fp32, cv, codec, slot_id[slot].data(),
+                           slot_id[slot].data(), 1, err.data());
+          checkpoint_load(geo, cv, codec, av, PoolDtype::fp32, slot_id[slot].data(),
+                          slot_id[slot].data(), 1);
         }
       }
       check_store_error(err.data(), geo);
@@ -111,12 +118,15 @@ void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Code
     const double ratio = rel[5] > 0 ? rel[7] / rel[5] : std::nan("");
     summary.set(fmt::format("cuda.chain.{}saturation_ratio", names[variant]), ratio);
     file.write(g + (variant ? "/ablation_no_contraction" : "") + "/relerr", rel, {ns.size()}, "1",
-               "GPU path: relative error at T after n chained checkpoints against the GPU reference, per n");
+               "GPU path: relative error at T after n chained checkpoints against the GPU "
+               "reference, per n");
   }
-  fmt::print("chain (cuda): relerr n1 {:.4g}, n32 {:.4g}, n128 {:.4g}, saturation {:.3f}; ablation {:.3f}\n",
-             summary.get("cuda.chain.relerr_n1"), summary.get("cuda.chain.relerr_n32"),
-             summary.get("cuda.chain.relerr_n128"), summary.get("cuda.chain.saturation_ratio"),
-             summary.get("cuda.chain.ablation_no_contraction.saturation_ratio"));
+  fmt::print(
+      "chain (cuda): relerr n1 {:.4g}, n32 {:.4g}, n128 {:.4g}, saturation {:.3f}; ablation "
+      "{:.3f}\n",
+      summary.get("cuda.chain.relerr_n1"), summary.get("cuda.chain.relerr_n32"),
+      summary.get("cuda.chain.relerr_n128"), summary.get("cuda.chain.saturation_ratio"),
+      summary.get("cuda.chain.ablation_no_contraction.saturation_ratio"));
 }
 
 }  // namespace statecheck

@@ -44,9 +44,11 @@ std::vector<Codec> codec_experiment_codecs(ScaleDtype scale) {
 }
 
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  if (o.device != "cpu" && o.device != "cuda") fail("--device must be cpu or cuda, got '{}'", o.device);
+  if (o.device != "cpu" && o.device != "cuda")
+    fail("--device must be cpu or cuda, got '{}'", o.device);
 #ifndef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda") fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+  if (o.device == "cuda")
+    fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif
   const StatesSource source = StatesSource::from_options(o, m);
   const RecurrenceShape shape = RecurrenceShape::of_model(m);
@@ -58,15 +60,19 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const int C = static_cast<int>(codecs.size());
   const int N = source.count();
 
-  fmt::print("codec: model {} (TP {}, {} layers x {} heads x {}x{}), drive {}, {} state(s), prefill {}, "
-             "decode {}, scale dtype {}, {} threads\n",
-             m.name, m.tp, L, HV, dv, dk, source.drive_name(), N, Tp, Td, scale_dtype_name(scale), o.thread_count());
+  fmt::print(
+      "codec: model {} (TP {}, {} layers x {} heads x {}x{}), drive {}, {} state(s), prefill {}, "
+      "decode {}, scale dtype {}, {} threads\n",
+      m.name, m.tp, L, HV, dv, dk, source.drive_name(), N, Tp, Td, scale_dtype_name(scale),
+      o.thread_count());
 
-  // Per (codec, state n, layer, head): state error and decode error; per (codec, step): decode drift.
+  // Per (codec, state n, layer, head): state error and decode error; per (codec, step): decode
+  // drift.
   const size_t cells = static_cast<size_t>(N) * L * HV;
   std::vector<ErrorStats> state_err(C * cells), decode_err(C * cells);
   std::vector<double> ref_norm_sq(cells, 0.0);
-  std::vector<std::vector<ErrorStats>> step_err(static_cast<size_t>(N) * L, std::vector<ErrorStats>(C * Td));
+  std::vector<std::vector<ErrorStats>> step_err(static_cast<size_t>(N) * L,
+                                                std::vector<ErrorStats>(C * Td));
 
   Progress progress("codec layers", static_cast<long>(N) * L);
   parallel_for(N * L, o.thread_count(), [&](int item) {
@@ -79,7 +85,8 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     for (int h = 0; h < HV; ++h) {
       const float* S_h = S.data() + static_cast<size_t>(h) * dv * dk;
       const size_t cell = (static_cast<size_t>(n) * L + l) * HV + h;
-      for (size_t e = 0; e < static_cast<size_t>(dv) * dk; ++e) ref_norm_sq[cell] += double(S_h[e]) * S_h[e];
+      for (size_t e = 0; e < static_cast<size_t>(dv) * dk; ++e)
+        ref_norm_sq[cell] += double(S_h[e]) * S_h[e];
       std::copy(S_h, S_h + static_cast<size_t>(dv) * dk, work.begin());
       gated_delta_head_fp32(shape, in, h, Tp, Tp + Td, work.data(), o_ref.data());
       for (int c = 0; c < C; ++c) {
@@ -121,7 +128,8 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     const std::string name = codecs[c].kind_name();
     const std::string cg = g + "/" + name;
     ErrorStats total_state, total_decode;
-    std::vector<double> relerr_lh(L * HV), decode_lh(L * HV), maxabs_lh(L * HV), small_lh(L * HV), relerr_l(L);
+    std::vector<double> relerr_lh(L * HV), decode_lh(L * HV), maxabs_lh(L * HV), small_lh(L * HV),
+        relerr_l(L);
     for (int l = 0; l < L; ++l) {
       ErrorStats layer;
       for (int h = 0; h < HV; ++h) {
@@ -148,31 +156,40 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
       step[t] = s.relerr();
     }
     const std::vector<size_t> lh{size_t(L), size_t(HV)};
-    file.write(cg + "/state_relerr_layer_head", relerr_lh, lh, "1", "||S_hat - S||_F / ||S||_F per [layer, head]");
+    file.write(cg + "/state_relerr_layer_head", relerr_lh, lh, "1",
+               "||S_hat - S||_F / ||S||_F per [layer, head]");
     file.write(cg + "/decode_relerr_layer_head", decode_lh, lh, "1",
                "||O_hat - O||_F / ||O||_F of the decode outputs per [layer, head]");
-    file.write(cg + "/max_abs_err_layer_head", maxabs_lh, lh, "state units", "max |S_hat - S| per [layer, head]");
+    file.write(cg + "/max_abs_err_layer_head", maxabs_lh, lh, "state units",
+               "max |S_hat - S| per [layer, head]");
     file.write(cg + "/small_entry_error_share_layer_head", small_lh, lh, "1",
-               "share of squared error in entries below their column's median magnitude, per [layer, head]");
-    file.write(cg + "/state_relerr_layer", relerr_l, {size_t(L)}, "1", "state relative error per layer");
-    file.write(cg + "/decode_relerr_step", step, {size_t(Td)}, "1",
-               "decode relative error at each decode step after the restore (all layers and heads)");
+               "share of squared error in entries below their column's median magnitude, per "
+               "[layer, head]");
+    file.write(cg + "/state_relerr_layer", relerr_l, {size_t(L)}, "1",
+               "state relative error per layer");
+    file.write(
+        cg + "/decode_relerr_step", step, {size_t(Td)}, "1",
+        "decode relative error at each decode step after the restore (all layers and heads)");
     const double bytes = static_cast<double>(codecs[c].temporal_bytes(sshape) + conv_bytes);
-    file.write_scalar(cg + "/state_relerr", total_state.relerr(), "1", "over the whole multi-layer state");
+    file.write_scalar(cg + "/state_relerr", total_state.relerr(), "1",
+                      "over the whole multi-layer state");
     file.write_scalar(cg + "/decode_relerr", total_decode.relerr(), "1", "over all decode outputs");
     file.write_scalar(cg + "/max_abs_err", total_state.max_abs, "state units", "max |S_hat - S|");
     file.write_scalar(cg + "/small_entry_error_share", total_state.small_entry_share(), "1",
                       "share of squared error in below-median entries");
-    file.write_scalar(cg + "/bytes_per_state", bytes, "bytes", "temporal values + scales + bf16 conv state, one sequence");
+    file.write_scalar(cg + "/bytes_per_state", bytes, "bytes",
+                      "temporal values + scales + bf16 conv state, one sequence");
 
     summary.set(name + ".state_relerr", total_state.relerr());
     summary.set(name + ".decode_relerr", total_decode.relerr());
     summary.set(name + ".max_abs_err", total_state.max_abs);
     summary.set(name + ".small_entry_error_share", total_state.small_entry_share());
     summary.set(name + ".bytes_per_state", bytes);
-    summary.set(name + ".state_relerr_head_min", *std::min_element(relerr_lh.begin(), relerr_lh.end()));
+    summary.set(name + ".state_relerr_head_min",
+                *std::min_element(relerr_lh.begin(), relerr_lh.end()));
     summary.set(name + ".state_relerr_head_median", median_of(relerr_lh));
-    summary.set(name + ".state_relerr_head_max", *std::max_element(relerr_lh.begin(), relerr_lh.end()));
+    summary.set(name + ".state_relerr_head_max",
+                *std::max_element(relerr_lh.begin(), relerr_lh.end()));
   }
   if (o.device == "cuda") {
 #ifdef STATECHECK_HAVE_CUDA
@@ -182,7 +199,8 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 #endif
   }
   const double fp8 = summary.get("fp8_e4m3.state_relerr");
-  summary.set("int8.state_relerr_over_fp8_e4m3", fp8 > 0 ? summary.get("int8.state_relerr") / fp8 : NAN);
+  summary.set("int8.state_relerr_over_fp8_e4m3",
+              fp8 > 0 ? summary.get("int8.state_relerr") / fp8 : NAN);
   fmt::print("codec: {:.1f} s\n", progress.elapsed());
 }
 

@@ -45,7 +45,8 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
   std::string why;
   if (!device_available(&why)) fail("--device cuda: {}", why);
   const RecurrenceShape shape = RecurrenceShape::of_model(m);
-  const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk, N = source.count();
+  const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk,
+            N = source.count();
   const size_t head = static_cast<size_t>(dv) * dk, slot = head * HV;
   const int C = static_cast<int>(codecs.size());
   fmt::print("codec (cuda): {}\n", device_description());
@@ -69,28 +70,36 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
     for (int l = 0; l < L; ++l) {
       const LayerInputs in = source.layer_inputs(n, l, Tp + Td);
       const std::vector<float> initial = source.initial_layer_state(n, l);
-      DeviceBuffer<uint16_t> q = to_device(to_bits(in.q)), k = to_device(to_bits(in.k)), v = to_device(to_bits(in.v));
+      DeviceBuffer<uint16_t> q = to_device(to_bits(in.q)), k = to_device(to_bits(in.k)),
+                             v = to_device(to_bits(in.v));
       DeviceBuffer<float> g = to_device(in.g), beta = to_device(in.beta);
-      DeviceBuffer<uint16_t> o_ref(static_cast<size_t>(Td) * HV * dv), o_hat(static_cast<size_t>(Td) * HV * dv);
-      STATECHECK_CUDA_CHECK(cudaMemcpy(pool.data() + slot, initial.data(), slot * 4, cudaMemcpyHostToDevice));
+      DeviceBuffer<uint16_t> o_ref(static_cast<size_t>(Td) * HV * dv),
+          o_hat(static_cast<size_t>(Td) * HV * dv);
+      STATECHECK_CUDA_CHECK(
+          cudaMemcpy(pool.data() + slot, initial.data(), slot * 4, cudaMemcpyHostToDevice));
 
       GatedDeltaPoolArgs a;
       a.num_seqs = 1, a.H = shape.H, a.HV = HV, a.dk = dk, a.dv = dv, a.gate = shape.gate;
       a.state_dtype = PoolDtype::fp32, a.state_pool = pool.data(), a.pool_slots = 4;
       a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data(), a.beta = beta.data();
       if (Tp > 0) {
-        a.slot_ids = d_one.data(), a.cu_seqlens = d_cu_pre.data(), a.o = nullptr, a.max_seq_len = Tp;
+        a.slot_ids = d_one.data(), a.cu_seqlens = d_cu_pre.data(), a.o = nullptr,
+        a.max_seq_len = Tp;
         gated_delta_pool(a);
       }
       // Reference decode on a copy of the prefilled state (slot 3).
-      STATECHECK_CUDA_CHECK(cudaMemcpy(pool.data() + 3 * slot, pool.data() + slot, slot * 4, cudaMemcpyDeviceToDevice));
+      STATECHECK_CUDA_CHECK(cudaMemcpy(pool.data() + 3 * slot, pool.data() + slot, slot * 4,
+                                       cudaMemcpyDeviceToDevice));
       GatedDeltaPoolArgs d = a;
       const size_t off = static_cast<size_t>(Tp);
-      d.q = q.data() + off * shape.H * dk, d.k = k.data() + off * shape.H * dk, d.v = v.data() + off * HV * dv;
+      d.q = q.data() + off * shape.H * dk, d.k = k.data() + off * shape.H * dk,
+      d.v = v.data() + off * HV * dv;
       d.g = g.data() + off * shape.gate_width(), d.beta = beta.data() + off * HV;
-      d.cu_seqlens = d_cu_dec.data(), d.slot_ids = d_three.data(), d.o = o_ref.data(), d.max_seq_len = Td;
+      d.cu_seqlens = d_cu_dec.data(), d.slot_ids = d_three.data(), d.o = o_ref.data(),
+      d.max_seq_len = Td;
       gated_delta_pool(d);
-      STATECHECK_CUDA_CHECK(cudaMemcpy(host_state.data(), pool.data() + slot, slot * 4, cudaMemcpyDeviceToHost));
+      STATECHECK_CUDA_CHECK(
+          cudaMemcpy(host_state.data(), pool.data() + slot, slot * 4, cudaMemcpyDeviceToHost));
       const std::vector<uint16_t> o_ref_host = o_ref.download();
 
       // CPU reference for the same layer: prefill state and decode outputs.
@@ -99,27 +108,34 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
       prefill_vs_cpu.merge(compare(S_cpu.data(), host_state.data(), slot));
       gated_delta_layer_fp32(shape, in, Tp, Tp + Td, S_cpu.data(), o_cpu.data());
       std::vector<float> o_ref_f(o_ref_host.size());
-      for (size_t e = 0; e < o_ref_host.size(); ++e) o_ref_f[e] = float_from_bf16_bits(o_ref_host[e]);
+      for (size_t e = 0; e < o_ref_host.size(); ++e)
+        o_ref_f[e] = float_from_bf16_bits(o_ref_host[e]);
       decode_vs_cpu.merge(compare(o_cpu.data(), o_ref_f.data(), o_cpu.size()));
 
       for (int c = 0; c < C; ++c) {
         const Codec& codec = codecs[c];
         StatePoolView active{pool.data(), nullptr, nullptr, 4};
-        StatePoolView ck{ckpt_values.data(), codec.has_scales() ? ckpt_scales.data() : nullptr, nullptr, 2};
-        checkpoint_store(geo, active, PoolDtype::fp32, ck, codec, d_one.data(), d_one.data(), 1, err.data());
+        StatePoolView ck{ckpt_values.data(), codec.has_scales() ? ckpt_scales.data() : nullptr,
+                         nullptr, 2};
+        checkpoint_store(geo, active, PoolDtype::fp32, ck, codec, d_one.data(), d_one.data(), 1,
+                         err.data());
         check_store_error(err.data(), geo);
         checkpoint_load(geo, ck, codec, active, PoolDtype::fp32, d_one.data(), d_two.data(), 1);
-        STATECHECK_CUDA_CHECK(cudaMemcpy(restored.data(), pool.data() + 2 * slot, slot * 4, cudaMemcpyDeviceToHost));
+        STATECHECK_CUDA_CHECK(
+            cudaMemcpy(restored.data(), pool.data() + 2 * slot, slot * 4, cudaMemcpyDeviceToHost));
         for (int h = 0; h < HV; ++h) {
           roundtrip_head(codec, host_state.data() + h * head, dv, dk, cpu_roundtrip.data(), {l, h});
-          mismatches[c] += std::memcmp(cpu_roundtrip.data(), restored.data() + h * head, head * 4) != 0;
-          state_err[c].merge(compare(host_state.data() + h * head, restored.data() + h * head, head));
+          mismatches[c] +=
+              std::memcmp(cpu_roundtrip.data(), restored.data() + h * head, head * 4) != 0;
+          state_err[c].merge(
+              compare(host_state.data() + h * head, restored.data() + h * head, head));
         }
         d.slot_ids = d_two.data(), d.o = o_hat.data();
         gated_delta_pool(d);
         const std::vector<uint16_t> o_hat_host = o_hat.download();
         std::vector<float> o_hat_f(o_hat_host.size());
-        for (size_t e = 0; e < o_hat_host.size(); ++e) o_hat_f[e] = float_from_bf16_bits(o_hat_host[e]);
+        for (size_t e = 0; e < o_hat_host.size(); ++e)
+          o_hat_f[e] = float_from_bf16_bits(o_hat_host[e]);
         decode_err[c].merge(compare(o_ref_f.data(), o_hat_f.data(), o_ref_f.size()));
       }
     }
@@ -129,15 +145,19 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
   const std::string g = "codec/cuda";
   file.group(g);
   file.attr(g, "device", device_description());
-  file.attr(g, "path", std::string("bf16 q/k/v, fp32 state pool; prefill and decode with gated_delta_pool, "
-                                   "donate/copy-on-write with checkpoint_store/checkpoint_load; bf16 outputs"));
+  file.attr(
+      g, "path",
+      std::string("bf16 q/k/v, fp32 state pool; prefill and decode with gated_delta_pool, "
+                  "donate/copy-on-write with checkpoint_store/checkpoint_load; bf16 outputs"));
   for (int c = 0; c < C; ++c) {
     const std::string name = codecs[c].kind_name();
-    file.write_scalar(g + "/" + name + "/state_relerr", state_err[c].relerr(), "1", "restored vs prefilled GPU state");
+    file.write_scalar(g + "/" + name + "/state_relerr", state_err[c].relerr(), "1",
+                      "restored vs prefilled GPU state");
     file.write_scalar(g + "/" + name + "/decode_relerr", decode_err[c].relerr(), "1",
                       "bf16 decode outputs from the restored vs the original GPU state");
-    file.write_scalar(g + "/" + name + "/codec_mismatches", static_cast<double>(mismatches[c]), "heads",
-                      "heads whose GPU-restored state differs from the CPU codec on the same state");
+    file.write_scalar(
+        g + "/" + name + "/codec_mismatches", static_cast<double>(mismatches[c]), "heads",
+        "heads whose GPU-restored state differs from the CPU codec on the same state");
     summary.set("cuda." + name + ".state_relerr", state_err[c].relerr());
     summary.set("cuda." + name + ".decode_relerr", decode_err[c].relerr());
     summary.set("cuda." + name + ".codec_mismatches", static_cast<double>(mismatches[c]));

@@ -12,18 +12,26 @@
 
 namespace statecheck {
 
-int Options::thread_count() const { return threads > 0 ? threads : default_threads(); }
+int Options::thread_count() const {
+  return threads > 0 ? threads : default_threads();
+}
 
 std::string Options::scale_dtype_or_default() const {
   if (!scale_dtype.empty()) return scale_dtype;
   return temporal_dtype == "bf16" ? "bf16" : "fp32";
 }
 
-std::string Options::out_path() const { return out.empty() ? "results/" + experiment + ".h5" : out; }
+std::string Options::out_path() const {
+  return out.empty() ? "results/" + experiment + ".h5" : out;
+}
 
-ModelConfig options_model(const Options& o) { return load_model(o.model, o.tp); }
+ModelConfig options_model(const Options& o) {
+  return load_model(o.model, o.tp);
+}
 
-std::string thresholds_path() { return data_dir() + "/thresholds.json"; }
+std::string thresholds_path() {
+  return data_dir() + "/thresholds.json";
+}
 
 int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& rows) {
   check_thresholds(summary, rows);
@@ -33,10 +41,12 @@ int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& row
     if (shown++ == 0) fmt::print("\nthresholds (data/thresholds.json):\n");
     // Headroom: how much of the limit the value uses (for '<': value/limit, for '>': limit/value).
     double used = std::nan("");
-    if (r.op[0] == '<' && r.limit != 0.0) used = r.value / r.limit;
-    else if (r.op[0] == '>' && r.value != 0.0) used = r.limit / r.value;
-    fmt::print("  {:4} {:<52} {:>12.4g} {:2} {:<10.4g} {:>5.0f}% of threshold used\n", r.pass ? "ok" : "FAIL",
-               r.key, r.value, r.op, r.limit, 100.0 * used);
+    if (r.op[0] == '<' && r.limit != 0.0)
+      used = r.value / r.limit;
+    else if (r.op[0] == '>' && r.value != 0.0)
+      used = r.limit / r.value;
+    fmt::print("  {:4} {:<52} {:>12.4g} {:2} {:<10.4g} {:>5.0f}% of threshold used\n",
+               r.pass ? "ok" : "FAIL", r.key, r.value, r.op, r.limit, 100.0 * used);
     if (!r.pass) {
       ++failures;
       fmt::print("       reason for the limit: {}\n", r.reason);
@@ -57,7 +67,8 @@ void print_summary(const Summary& s, const std::string& experiment) {
 int run_experiment(const Options& o) {
   if (o.experiment == "suite") return run_suite(o);
   const auto& reg = experiment_registry();
-  auto it = std::find_if(reg.begin(), reg.end(), [&](const ExperimentEntry& e) { return e.name == o.experiment; });
+  auto it = std::find_if(reg.begin(), reg.end(),
+                         [&](const ExperimentEntry& e) { return e.name == o.experiment; });
   if (it == reg.end()) fail("unknown experiment '{}'", o.experiment);
   const ModelConfig model = options_model(o);
   H5Writer file(o.out_path());

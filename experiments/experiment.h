@@ -37,11 +37,11 @@ struct Options {
 
   // Cache experiments (spec experiments.md, "Common interface").
   int active_slots = 256;
-  int ckpt_slots = 0;          // 0: 2 * active
-  std::string mode = "int8";   // bf16 | int8
+  int ckpt_slots = 0;                     // 0: 2 * active
+  std::string mode = "int8";              // bf16 | int8
   std::string strategy = "extra_buffer";  // no_buffer | extra_buffer
   std::string temporal_dtype = "fp32";
-  std::string scale_dtype;     // empty: the temporal dtype (spec numerics.md section 3)
+  std::string scale_dtype;  // empty: the temporal dtype (spec numerics.md section 3)
   std::string conv_dtype = "bf16";
   double gpu_mem_gib = 141e9 / 1073741824.0;  // an H200: 141 GB = 131.3 GiB
   double mem_fraction = 0.88;

@@ -10,8 +10,8 @@
 #include <iostream>
 #include <sstream>
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 
 #include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
@@ -24,8 +24,10 @@ namespace {
 
 std::string usage_header() {
   std::string s = "usage: statecheck <experiment> [options]\n\nexperiments:\n";
-  for (const auto& e : statecheck::experiment_registry()) s += fmt::format("  {:<10} {}\n", e.name, e.description);
-  s += fmt::format("  {:<10} {}\n", "suite", "every experiment above, results/*.h5, summary.json, plots, threshold gate");
+  for (const auto& e : statecheck::experiment_registry())
+    s += fmt::format("  {:<10} {}\n", e.name, e.description);
+  s += fmt::format("  {:<10} {}\n", "suite",
+                   "every experiment above, results/*.h5, summary.json, plots, threshold gate");
   return s;
 }
 
@@ -40,49 +42,63 @@ int main(int argc, char** argv) {
   o.command_line = cmdline;
 
   po::options_description common("common options");
-  common.add_options()
-      ("help,h", "show this help")
-      ("model", po::value(&o.model)->default_value(o.model), "shipped model name or path to a config .json")
-      ("tp", po::value(&o.tp)->default_value(0), "tensor-parallel degree (0: the model's default_tp)")
-      ("seed", po::value(&o.seed)->default_value(0), "seed of every random draw (logged in results)")
-      ("device", po::value(&o.device)->default_value("cpu"), "cpu | cuda (CUDA paths next to the CPU reference)")
-      ("drive", po::value(&o.drive), "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm implies --model data/tinylm/config.json)")
-      ("states", po::value(&o.states), "states file for --drive states (safetensors or HDF5)")
-      ("quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)")
-      ("out", po::value(&o.out), "result file (.h5); suite: result directory (default results)")
-      ("summary", po::value(&o.summary), "write the flat summary JSON here")
-      ("threads", po::value(&o.threads)->default_value(0), "worker threads (0: all hardware threads)");
+  common.add_options()("help,h", "show this help")("model",
+                                                   po::value(&o.model)->default_value(o.model),
+                                                   "shipped model name or path to a config .json")(
+      "tp", po::value(&o.tp)->default_value(0),
+      "tensor-parallel degree (0: the model's default_tp)")(
+      "seed", po::value(&o.seed)->default_value(0),
+      "seed of every random draw (logged in results)")(
+      "device", po::value(&o.device)->default_value("cpu"),
+      "cpu | cuda (CUDA paths next to the CPU reference)")(
+      "drive", po::value(&o.drive),
+      "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm implies "
+      "--model data/tinylm/config.json)")("states", po::value(&o.states),
+                                          "states file for --drive states (safetensors or HDF5)")(
+      "quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)")(
+      "out", po::value(&o.out), "result file (.h5); suite: result directory (default results)")(
+      "summary", po::value(&o.summary), "write the flat summary JSON here")(
+      "threads", po::value(&o.threads)->default_value(0),
+      "worker threads (0: all hardware threads)");
   po::options_description numeric("numerical experiments");
-  numeric.add_options()
-      ("codec", po::value(&o.codec)->default_value(o.codec), "chain: codec of the checkpoints")
-      ("prefill", po::value(&o.prefill)->default_value(0), "codec: prefill tokens (0: 512, quick 128)")
-      ("decode", po::value(&o.decode)->default_value(0), "codec: decode steps after restore (0: 128, quick 32)")
-      ("chain-tokens", po::value(&o.chain_tokens)->default_value(o.chain_tokens), "chain: tokens T")
-      ("chain-layers", po::value(&o.chain_layers)->default_value(0), "chain: layers measured (0: all, quick 2)");
+  numeric.add_options()("codec", po::value(&o.codec)->default_value(o.codec),
+                        "chain: codec of the checkpoints")(
+      "prefill", po::value(&o.prefill)->default_value(0),
+      "codec: prefill tokens (0: 512, quick 128)")(
+      "decode", po::value(&o.decode)->default_value(0),
+      "codec: decode steps after restore (0: 128, quick 32)")(
+      "chain-tokens", po::value(&o.chain_tokens)->default_value(o.chain_tokens), "chain: tokens T")(
+      "chain-layers", po::value(&o.chain_layers)->default_value(0),
+      "chain: layers measured (0: all, quick 2)");
   po::options_description cache("cache experiments");
-  cache.add_options()
-      ("active-slots", po::value(&o.active_slots)->default_value(o.active_slots), "usable active-pool slots A")
-      ("ckpt-slots", po::value(&o.ckpt_slots)->default_value(0), "usable checkpoint-pool slots C (0: 2 A)")
-      ("mode", po::value(&o.mode)->default_value(o.mode), "bf16 (single pool) | int8 (checkpoint pool)")
-      ("strategy", po::value(&o.strategy)->default_value(o.strategy), "no_buffer | extra_buffer")
-      ("temporal-dtype", po::value(&o.temporal_dtype)->default_value(o.temporal_dtype), "fp32 | bf16")
-      ("scale-dtype", po::value(&o.scale_dtype), "bf16 | fp32 (default: the temporal dtype)")
-      ("conv-dtype", po::value(&o.conv_dtype)->default_value(o.conv_dtype), "bf16")
-      ("gpu-mem-gib", po::value(&o.gpu_mem_gib)->default_value(o.gpu_mem_gib, "131.3 (141 GB)"), "device memory, GiB")
-      ("mem-fraction", po::value(&o.mem_fraction)->default_value(o.mem_fraction), "mem_fraction_static")
-      ("weights-gib", po::value(&o.weights_gib)->default_value(-1.0), "weights per GPU, GiB (<0: from params)")
-      ("trace", po::value(&o.trace), "replay: Mooncake-format trace (default: the shipped one)")
-      ("no-payload", po::bool_switch(&o.no_payload), "cache experiments: bookkeeping only, no state payloads")
-      ("chunk-granularity", po::value(&o.chunk_granularity)->default_value(o.chunk_granularity),
-       "state chunk granularity Cg, tokens (SGLang mamba_cache_chunk_size)")
-      ("chunked-prefill", po::value(&o.chunked_prefill)->default_value(o.chunked_prefill),
-       "token budget of one prefill batch (SGLang chunked_prefill_size)")
-      ("track-interval", po::value(&o.track_interval)->default_value(o.track_interval),
-       "extra_buffer decode track interval, tokens (SGLang mamba_track_interval)")
-      ("max-running", po::value(&o.max_running)->default_value(0),
-       "running-request cap (0: active slots / (3 + tracking slots), as SGLang)")
-      ("trace-bad-lines", po::value(&o.trace_bad_lines)->default_value(o.trace_bad_lines),
-       "replay: reject | skip malformed trace lines (each is reported with its line number)");
+  cache.add_options()("active-slots", po::value(&o.active_slots)->default_value(o.active_slots),
+                      "usable active-pool slots A")(
+      "ckpt-slots", po::value(&o.ckpt_slots)->default_value(0),
+      "usable checkpoint-pool slots C (0: 2 A)")("mode", po::value(&o.mode)->default_value(o.mode),
+                                                 "bf16 (single pool) | int8 (checkpoint pool)")(
+      "strategy", po::value(&o.strategy)->default_value(o.strategy), "no_buffer | extra_buffer")(
+      "temporal-dtype", po::value(&o.temporal_dtype)->default_value(o.temporal_dtype),
+      "fp32 | bf16")("scale-dtype", po::value(&o.scale_dtype),
+                     "bf16 | fp32 (default: the temporal dtype)")(
+      "conv-dtype", po::value(&o.conv_dtype)->default_value(o.conv_dtype), "bf16")(
+      "gpu-mem-gib", po::value(&o.gpu_mem_gib)->default_value(o.gpu_mem_gib, "131.3 (141 GB)"),
+      "device memory, GiB")(
+      "mem-fraction", po::value(&o.mem_fraction)->default_value(o.mem_fraction),
+      "mem_fraction_static")("weights-gib", po::value(&o.weights_gib)->default_value(-1.0),
+                             "weights per GPU, GiB (<0: from params)")(
+      "trace", po::value(&o.trace), "replay: Mooncake-format trace (default: the shipped one)")(
+      "no-payload", po::bool_switch(&o.no_payload),
+      "cache experiments: bookkeeping only, no state payloads")(
+      "chunk-granularity", po::value(&o.chunk_granularity)->default_value(o.chunk_granularity),
+      "state chunk granularity Cg, tokens (SGLang mamba_cache_chunk_size)")(
+      "chunked-prefill", po::value(&o.chunked_prefill)->default_value(o.chunked_prefill),
+      "token budget of one prefill batch (SGLang chunked_prefill_size)")(
+      "track-interval", po::value(&o.track_interval)->default_value(o.track_interval),
+      "extra_buffer decode track interval, tokens (SGLang mamba_track_interval)")(
+      "max-running", po::value(&o.max_running)->default_value(0),
+      "running-request cap (0: active slots / (3 + tracking slots), as SGLang)")(
+      "trace-bad-lines", po::value(&o.trace_bad_lines)->default_value(o.trace_bad_lines),
+      "replay: reject | skip malformed trace lines (each is reported with its line number)");
   po::options_description all;
   all.add(common).add(numeric).add(cache);
   all.add_options()("experiment", po::value(&o.experiment));
@@ -94,14 +110,19 @@ int main(int argc, char** argv) {
     po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
     po::notify(vm);
     if (vm.count("help") || o.experiment.empty()) {
-      std::cout << usage_header() << "\n" << common << "\n" << numeric << "\n" << cache << std::endl;
+      std::cout << usage_header() << "\n"
+                << common << "\n"
+                << numeric << "\n"
+                << cache << std::endl;
       return o.experiment.empty() && !vm.count("help") ? 2 : 0;
     }
-    if (o.device != "cpu" && o.device != "cuda") statecheck::fail("--device must be cpu or cuda, got '{}'", o.device);
+    if (o.device != "cpu" && o.device != "cuda")
+      statecheck::fail("--device must be cpu or cuda, got '{}'", o.device);
     if (o.tp < 0) statecheck::fail("--tp must be positive, got {}", o.tp);
     // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
     // tiny model's config (data/tinylm/config.json), which is also a statecheck model config.
-    if (o.drive == "tinylm" && vm["model"].defaulted()) o.model = statecheck::default_tinylm_config_path();
+    if (o.drive == "tinylm" && vm["model"].defaulted())
+      o.model = statecheck::default_tinylm_config_path();
     if (o.threads < 0) statecheck::fail("--threads must be >= 0, got {}", o.threads);
     return statecheck::run_experiment(o);
   } catch (const po::error& e) {

@@ -7,7 +7,9 @@
 
 namespace statecheck {
 
-uint64_t sequence_seed(uint64_t seed, int n) { return n == 0 ? seed : mix_seed(seed, static_cast<uint64_t>(n), 0x5EC); }
+uint64_t sequence_seed(uint64_t seed, int n) {
+  return n == 0 ? seed : mix_seed(seed, static_cast<uint64_t>(n), 0x5EC);
+}
 
 StatesSource StatesSource::from_options(const Options& o, const ModelConfig& m) {
   StatesSource s;
@@ -30,7 +32,8 @@ StatesSource StatesSource::from_options(const Options& o, const ModelConfig& m) 
       s.initial_ = [layer_size](int, int) { return std::vector<float>(layer_size, 0.0f); };
       break;
     case DriveKind::states: {
-      auto states = std::make_shared<std::vector<MultiLayerState>>(read_states_file(s.drive_.states_file, m));
+      auto states =
+          std::make_shared<std::vector<MultiLayerState>>(read_states_file(s.drive_.states_file, m));
       s.count_ = static_cast<int>(states->size());
       s.prefill_ = false;
       s.name_ = "states:" + s.drive_.states_file;

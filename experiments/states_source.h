@@ -23,8 +23,8 @@ class StatesSource {
   // kind, or an unreadable / mismatching states file.
   static StatesSource from_options(const Options& o, const ModelConfig& m);
 
-  int count() const { return count_; }                 // sequences (states) measured
-  bool has_prefill() const { return prefill_; }        // state built by a prefill from zero
+  int count() const { return count_; }           // sequences (states) measured
+  bool has_prefill() const { return prefill_; }  // state built by a prefill from zero
   const std::string& drive_name() const { return name_; }
   const DriveSpec& drive() const { return drive_; }
 

@@ -23,13 +23,17 @@ void make_plots(const std::string& dir) {
     return;
   }
   const std::string script = std::string(STATECHECK_SOURCE_DIR) + "/scripts/plot.py";
-  const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  const std::string cmd = fmt::format("'{}' '{}' '{}'/*.h5 --out '{}/plots'", python, script, dir, dir);
+  const std::string python =
+      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd =
+      fmt::format("'{}' '{}' '{}'/*.h5 --out '{}/plots'", python, script, dir, dir);
   fmt::print("plots: {}\n", cmd);
   const int rc = std::system(cmd.c_str());
   if (rc != 0)
-    fmt::print("plots: NOT drawn (exit {}); install python3-matplotlib and python3-h5py "
-               "(scripts/setup.sh), then run scripts/plot.py {}/*.h5 --out {}/plots\n", rc, dir, dir);
+    fmt::print(
+        "plots: NOT drawn (exit {}); install python3-matplotlib and python3-h5py "
+        "(scripts/setup.sh), then run scripts/plot.py {}/*.h5 --out {}/plots\n",
+        rc, dir, dir);
 }
 
 }  // namespace
@@ -68,7 +72,9 @@ int run_suite(const Options& base) {
   if (failures > 0) {
     fmt::print("\nsuite: {} threshold(s) FAILED:\n", failures);
     for (const auto& r : rows)
-      if (!r.pass) fmt::print("  {} = {:.6g}, limit {} {:.6g} ({})\n", r.key, r.value, r.op, r.limit, r.reason);
+      if (!r.pass)
+        fmt::print("  {} = {:.6g}, limit {} {:.6g} ({})\n", r.key, r.value, r.op, r.limit,
+                   r.reason);
     return 1;
   }
   fmt::print("\nsuite: all {} measured thresholds hold\n", static_cast<int>(rows.size()) - skipped);

@@ -23,8 +23,13 @@ MultiLayerState random_state(StateShape shape, uint64_t seed, double stddev) {
   return S;
 }
 
-const char* kAllCodecs[] = {"fp32", "bf16", "int8_bf16_scale", "int8_fp32_scale", "fp8_e4m3_bf16_scale",
-                            "fp8_e4m3_fp32_scale", "fp8_e4m3_raw"};
+const char* kAllCodecs[] = {"fp32",
+                            "bf16",
+                            "int8_bf16_scale",
+                            "int8_fp32_scale",
+                            "fp8_e4m3_bf16_scale",
+                            "fp8_e4m3_fp32_scale",
+                            "fp8_e4m3_raw"};
 
 }  // namespace
 
@@ -61,7 +66,8 @@ TEST(Codec, AmaxElementRecoveredWithinScaleRounding) {
   for (const char* name : {"int8_bf16_scale", "int8_fp32_scale"}) {
     const Codec c = parse_codec(name);
     const MultiLayerState back = decode(encode(c, S));
-    const double rel = c.scale_dtype == ScaleDtype::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
+    const double rel =
+        c.scale_dtype == ScaleDtype::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
     for (int h = 0; h < shape.heads; ++h)
       for (int j = 0; j < shape.dk; ++j) {
         int arg = 0;
@@ -71,7 +77,8 @@ TEST(Codec, AmaxElementRecoveredWithinScaleRounding) {
           if (a > amax) amax = a, arg = i;
         }
         const float got = back.head(0, h)[arg * shape.dk + j];
-        EXPECT_LE(std::fabs(std::fabs(got) - amax), amax * rel) << name << " head " << h << " col " << j;
+        EXPECT_LE(std::fabs(std::fabs(got) - amax), amax * rel)
+            << name << " head " << h << " col " << j;
       }
   }
 }
@@ -86,7 +93,8 @@ TEST(Codec, RoundHalfToEvenTies) {
   for (int i = 0; i < 8; ++i) S.data[i] = col[i];
   for (const char* name : {"int8_bf16_scale", "int8_fp32_scale"}) {
     const EncodedState e = encode(parse_codec(name), S);
-    for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<int8_t>(e.values[i]), expect[i]) << name << " row " << i;
+    for (int i = 0; i < 8; ++i)
+      EXPECT_EQ(static_cast<int8_t>(e.values[i]), expect[i]) << name << " row " << i;
   }
 }
 
@@ -97,11 +105,11 @@ TEST(Codec, RoundHalfToEvenTies) {
 // The clamp is a guard for scales supplied from elsewhere; test it with such a scale.
 TEST(Codec, ClampAt127WithAGivenScale) {
   EXPECT_EQ(int8_code(127.4f, 1.0f), 127);
-  EXPECT_EQ(int8_code(127.6f, 1.0f), 127);   // rint gives 128: clamped
+  EXPECT_EQ(int8_code(127.6f, 1.0f), 127);  // rint gives 128: clamped
   EXPECT_EQ(int8_code(1000.0f, 1.0f), 127);
   EXPECT_EQ(int8_code(-127.6f, 1.0f), -127);  // not -128: symmetric range
   EXPECT_EQ(int8_code(-1e9f, 0.5f), -127);
-  EXPECT_EQ(int8_code(2.5f, 1.0f), 2);       // tie to even
+  EXPECT_EQ(int8_code(2.5f, 1.0f), 2);  // tie to even
   EXPECT_EQ(int8_code(-3.5f, 1.0f), -4);
 }
 
@@ -117,7 +125,8 @@ TEST(Codec, AmaxScalesNeverReachTheClamp) {
           const float x = S.data[h * shape.head_size() + size_t(i) * shape.dk + j];
           const float s = scale_at(c, e.scales.data() + h * shape.dk * c.scale_bytes(), j);
           EXPECT_LT(std::fabs(x / s), 127.5f);
-          EXPECT_LE(std::fabs(x / s), 127.0 / (1.0 - std::ldexp(1.0, -8)) * (1 + std::ldexp(1.0, -23)));
+          EXPECT_LE(std::fabs(x / s),
+                    127.0 / (1.0 - std::ldexp(1.0, -8)) * (1 + std::ldexp(1.0, -23)));
         }
   }
 }
@@ -160,7 +169,8 @@ TEST(Codec, Fp8ScaledErrorBound) {
       for (int j = 0; j < shape.dk; ++j) {
         const size_t idx = h * shape.head_size() + size_t(i) * shape.dk + j;
         const double s = scale_at(c, e.scales.data() + h * shape.dk * 4, j);
-        const double bound = std::ldexp(std::fabs(S.data[idx]), -4) + s * std::ldexp(1.0, -10) + 1e-12;
+        const double bound =
+            std::ldexp(std::fabs(S.data[idx]), -4) + s * std::ldexp(1.0, -10) + 1e-12;
         EXPECT_LE(std::fabs(double(back.data[idx]) - S.data[idx]), bound * (1 + 1e-6));
       }
 }
@@ -185,24 +195,30 @@ TEST(Codec, GoldenVectorsBitForBit) {
   nlohmann::json j;
   in >> j;
   const auto shp = j["shape"];
-  const StateShape shape{shp[0].get<int>(), shp[1].get<int>(), shp[2].get<int>(), shp[3].get<int>()};
+  const StateShape shape{shp[0].get<int>(), shp[1].get<int>(), shp[2].get<int>(),
+                         shp[3].get<int>()};
   int cases = 0;
   for (const auto& tc : j["cases"]) {
-    const std::string name = tc["name"].get<std::string>() + "/" + tc["scale_dtype"].get<std::string>();
+    const std::string name =
+        tc["name"].get<std::string>() + "/" + tc["scale_dtype"].get<std::string>();
     MultiLayerState S(shape);
-    for (size_t i = 0; i < S.data.size(); ++i) S.data[i] = hex_float(tc["state_fp32_hex"][i].get<std::string>());
+    for (size_t i = 0; i < S.data.size(); ++i)
+      S.data[i] = hex_float(tc["state_fp32_hex"][i].get<std::string>());
     const Codec c = parse_codec("int8", parse_scale_dtype(tc["scale_dtype"].get<std::string>()));
     const EncodedState e = encode(c, S);
     const MultiLayerState back = decode(e);
     for (size_t i = 0; i < S.data.size(); ++i) {
-      EXPECT_EQ(static_cast<int8_t>(e.values[i]), tc["q_int8"][i].get<int>()) << name << " q[" << i << "]";
-      EXPECT_EQ(bits_of(back.data[i]), bits_of(hex_float(tc["decoded_fp32_hex"][i].get<std::string>())))
+      EXPECT_EQ(static_cast<int8_t>(e.values[i]), tc["q_int8"][i].get<int>())
+          << name << " q[" << i << "]";
+      EXPECT_EQ(bits_of(back.data[i]),
+                bits_of(hex_float(tc["decoded_fp32_hex"][i].get<std::string>())))
           << name << " decoded[" << i << "]";
     }
     const size_t heads = size_t(shape.layers) * shape.heads;
     for (size_t s = 0; s < heads * shape.dk; ++s) {
       const float got = scale_at(c, e.scales.data(), static_cast<int>(s));
-      EXPECT_EQ(bits_of(got), bits_of(hex_float(tc["scale_fp32_hex"][s].get<std::string>()))) << name << " scale[" << s << "]";
+      EXPECT_EQ(bits_of(got), bits_of(hex_float(tc["scale_fp32_hex"][s].get<std::string>())))
+          << name << " scale[" << s << "]";
     }
     ++cases;
   }
@@ -219,7 +235,8 @@ TEST(Codec, NonFiniteInputRejectedWithPosition) {
         encode(parse_codec(name), S);
         ADD_FAILURE() << name << " accepted a non-finite state";
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("layer 1, head 2, index [3, 1]"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("layer 1, head 2, index [3, 1]"), std::string::npos)
+            << e.what();
       }
       MultiLayerState out;
       EXPECT_THROW(roundtrip(parse_codec(name), S, out), Error) << name;
@@ -231,8 +248,10 @@ TEST(Codec, BytesPerState) {
   const StateShape shape{30, 8, 128, 128};
   EXPECT_EQ(parse_codec("fp32").temporal_bytes(shape), 30u * 8 * 128 * 128 * 4);
   EXPECT_EQ(parse_codec("bf16").temporal_bytes(shape), 30u * 8 * 128 * 128 * 2);
-  EXPECT_EQ(parse_codec("int8_bf16_scale").temporal_bytes(shape), 30u * 8 * 128 * 128 + 30u * 8 * 128 * 2);
-  EXPECT_EQ(parse_codec("int8_fp32_scale").temporal_bytes(shape), 30u * 8 * 128 * 128 + 30u * 8 * 128 * 4);
+  EXPECT_EQ(parse_codec("int8_bf16_scale").temporal_bytes(shape),
+            30u * 8 * 128 * 128 + 30u * 8 * 128 * 2);
+  EXPECT_EQ(parse_codec("int8_fp32_scale").temporal_bytes(shape),
+            30u * 8 * 128 * 128 + 30u * 8 * 128 * 4);
   EXPECT_EQ(parse_codec("fp8_e4m3_raw").temporal_bytes(shape), 30u * 8 * 128 * 128);
 }
 

@@ -44,7 +44,8 @@ static float e4m3_by_bits(uint8_t code) {
     std::memcpy(&v, &bits, 4);
     return v;
   }
-  const uint32_t bits = sign | (static_cast<uint32_t>(e - 7 + 127) << 23) | (static_cast<uint32_t>(m) << 20);
+  const uint32_t bits =
+      sign | (static_cast<uint32_t>(e - 7 + 127) << 23) | (static_cast<uint32_t>(m) << 20);
   float v;
   std::memcpy(&v, &bits, 4);
   return v;
@@ -77,8 +78,10 @@ TEST(Fp8E4m3, EncodeRoundTripsEveryFiniteCode) {
     if ((code & 0x7F) == 0x7F) continue;
     const float v = fp8_e4m3_to_float(static_cast<uint8_t>(code));
     const uint8_t back = fp8_e4m3_from_float(v);
-    if (v == 0.0f) EXPECT_EQ(back & 0x7F, 0);
-    else EXPECT_EQ(back, code) << v;
+    if (v == 0.0f)
+      EXPECT_EQ(back & 0x7F, 0);
+    else
+      EXPECT_EQ(back, code) << v;
   }
 }
 

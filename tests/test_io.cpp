@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("statecheck_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("statecheck_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return (dir / name).string();
 }
@@ -38,7 +39,8 @@ TensorToWrite pattern(std::vector<size_t> shape, const std::string& dtype) {
   size_t n = 1;
   for (auto d : shape) n *= d;
   t.data.resize(n);
-  for (size_t i = 0; i < n; ++i) t.data[i] = static_cast<float>(int(i % 97) - 48) / 64.0f;  // exact in bf16
+  for (size_t i = 0; i < n; ++i)
+    t.data[i] = static_cast<float>(int(i % 97) - 48) / 64.0f;  // exact in bf16
   return t;
 }
 
@@ -46,7 +48,8 @@ TensorToWrite pattern(std::vector<size_t> shape, const std::string& dtype) {
 
 TEST(Safetensors, RoundTripF32AndBf16) {
   const std::string path = temp_path("rt.safetensors");
-  write_safetensors(path, {{"state", pattern({2, 3, 4}, "F32")}, {"other", pattern({5}, "BF16")}}, {{"k", "v"}});
+  write_safetensors(path, {{"state", pattern({2, 3, 4}, "F32")}, {"other", pattern({5}, "BF16")}},
+                    {{"k", "v"}});
   const FloatArray a = read_safetensors(path);
   EXPECT_EQ(a.name, "state");
   EXPECT_EQ(a.shape, (std::vector<size_t>{2, 3, 4}));
@@ -120,7 +123,8 @@ TEST(StatesFile, ShapeChecksAgainstTheModel) {
   EXPECT_NE(msg.find("--tp 1"), std::string::npos) << msg;
   const std::string wrong_layers = temp_path("layers.safetensors");
   write_safetensors(wrong_layers, {{"state", pattern({29, 8, 128, 128}, "F32")}});
-  EXPECT_NE(error_of([&] { read_states_file(wrong_layers, m); }).find("29 layers"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_states_file(wrong_layers, m); }).find("29 layers"),
+            std::string::npos);
 }
 
 TEST(Hdf5, WriterOutputReadsBack) {
@@ -151,7 +155,8 @@ TEST(Hdf5, StatesFileFromHdf5) {
   }
   const auto states = read_states_file(path, m);
   ASSERT_EQ(states.size(), 1u);
-  EXPECT_EQ(states[0].head(19, 7)[127 * 128 + 127], float(((size_t(20) * 8 * 128 * 128) - 1) % 13) * 0.25f);
+  EXPECT_EQ(states[0].head(19, 7)[127 * 128 + 127],
+            float(((size_t(20) * 8 * 128 * 128) - 1) % 13) * 0.25f);
   fs::resize_file(path, fs::file_size(path) / 2);
   EXPECT_THROW(read_states_file(path, m), Error);
 }

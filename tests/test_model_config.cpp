@@ -42,17 +42,19 @@ TEST(ModelConfig, TensorParallelSharding) {
   EXPECT_EQ(q.kv_heads_shard(), 1);  // 2 KV heads over 4 ranks: replicated, 1 per GPU
   EXPECT_EQ(load_model("qwen3.5-35b-a3b", 2).kv_heads_shard(), 1);
   EXPECT_EQ(load_model("qwen3.5-35b-a3b", 1).kv_heads_shard(), 2);
-  EXPECT_EQ(load_model("qwen3.5-35b-a3b").tp, 4);      // default_tp of the shipped file
+  EXPECT_EQ(load_model("qwen3.5-35b-a3b").tp, 4);  // default_tp of the shipped file
   EXPECT_EQ(load_model("kimi-linear-48b-a3b").tp, 1);
   EXPECT_THROW(load_model("qwen3.5-35b-a3b", 3), Error);
   EXPECT_THROW(load_model("kimi-linear-48b-a3b", 64), Error);
 }
 
 TEST(ModelConfig, HuggingFaceQwen3Next) {
-  const json j = {{"model_type", "qwen3_next"}, {"num_hidden_layers", 48}, {"full_attention_interval", 4},
-                  {"linear_num_key_heads", 16}, {"linear_num_value_heads", 32}, {"linear_key_head_dim", 128},
-                  {"linear_value_head_dim", 128}, {"linear_conv_kernel_dim", 4}, {"num_key_value_heads", 2},
-                  {"head_dim", 256}, {"hidden_size", 2048}, {"some_future_field", {1, 2, 3}}};
+  const json j = {{"model_type", "qwen3_next"},   {"num_hidden_layers", 48},
+                  {"full_attention_interval", 4}, {"linear_num_key_heads", 16},
+                  {"linear_num_value_heads", 32}, {"linear_key_head_dim", 128},
+                  {"linear_value_head_dim", 128}, {"linear_conv_kernel_dim", 4},
+                  {"num_key_value_heads", 2},     {"head_dim", 256},
+                  {"hidden_size", 2048},          {"some_future_field", {1, 2, 3}}};
   const ModelConfig m = parse_model_config(j, "config.json", 4);
   EXPECT_EQ(m.linear_layer_count(), 36);
   EXPECT_EQ(m.full_layers.front(), 3);
@@ -62,13 +64,21 @@ TEST(ModelConfig, HuggingFaceQwen3Next) {
 
 TEST(ModelConfig, HuggingFaceQwen35NestedTextConfigWithLayerTypes) {
   json types = json::array();
-  for (int l = 0; l < 40; ++l) types.push_back((l + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+  for (int l = 0; l < 40; ++l)
+    types.push_back((l + 1) % 4 == 0 ? "full_attention" : "linear_attention");
   const json j = {{"model_type", "qwen3_5_moe"},
-                  {"text_config", {{"model_type", "qwen3_5_moe_text"}, {"num_hidden_layers", 40}, {"layer_types", types},
-                                   {"linear_num_key_heads", 16}, {"linear_num_value_heads", 32},
-                                   {"linear_key_head_dim", 128}, {"linear_value_head_dim", 128},
-                                   {"linear_conv_kernel_dim", 4}, {"num_key_value_heads", 2}, {"head_dim", 256},
-                                   {"mamba_ssm_dtype", "float32"}}},
+                  {"text_config",
+                   {{"model_type", "qwen3_5_moe_text"},
+                    {"num_hidden_layers", 40},
+                    {"layer_types", types},
+                    {"linear_num_key_heads", 16},
+                    {"linear_num_value_heads", 32},
+                    {"linear_key_head_dim", 128},
+                    {"linear_value_head_dim", 128},
+                    {"linear_conv_kernel_dim", 4},
+                    {"num_key_value_heads", 2},
+                    {"head_dim", 256},
+                    {"mamba_ssm_dtype", "float32"}}},
                   {"vision_config", {{"depth", 27}}}};
   const ModelConfig m = parse_model_config(j, "config.json", 1);
   const ModelConfig shipped = load_model("qwen3.5-35b-a3b", 1);
@@ -78,12 +88,17 @@ TEST(ModelConfig, HuggingFaceQwen35NestedTextConfigWithLayerTypes) {
 }
 
 TEST(ModelConfig, HuggingFaceKimiLinear) {
-  const json j = {{"model_type", "kimi_linear"}, {"num_hidden_layers", 27}, {"kv_lora_rank", 512},
-                  {"qk_rope_head_dim", 64},
-                  {"linear_attn_config",
-                   {{"num_heads", 32}, {"head_dim", 128}, {"short_conv_kernel_size", 4},
-                    {"kda_layers", {1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26}},
-                    {"full_attn_layers", {4, 8, 12, 16, 20, 24, 27}}}}};
+  const json j = {
+      {"model_type", "kimi_linear"},
+      {"num_hidden_layers", 27},
+      {"kv_lora_rank", 512},
+      {"qk_rope_head_dim", 64},
+      {"linear_attn_config",
+       {{"num_heads", 32},
+        {"head_dim", 128},
+        {"short_conv_kernel_size", 4},
+        {"kda_layers", {1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26}},
+        {"full_attn_layers", {4, 8, 12, 16, 20, 24, 27}}}}};
   const ModelConfig m = parse_model_config(j, "config.json", 1);
   const ModelConfig shipped = load_model("kimi-linear-48b-a3b", 1);
   EXPECT_EQ(m.linear_layers, shipped.linear_layers);
@@ -92,14 +107,22 @@ TEST(ModelConfig, HuggingFaceKimiLinear) {
 }
 
 TEST(ModelConfig, InconsistentOrMissingFieldsAreClearErrors) {
-  json j = {{"model_type", "qwen3_next"}, {"num_hidden_layers", 8}, {"full_attention_interval", 4},
-            {"linear_num_key_heads", 16}, {"linear_num_value_heads", 24}, {"linear_key_head_dim", 128},
-            {"linear_value_head_dim", 128}, {"num_key_value_heads", 2}, {"head_dim", 256}};
+  json j = {{"model_type", "qwen3_next"},
+            {"num_hidden_layers", 8},
+            {"full_attention_interval", 4},
+            {"linear_num_key_heads", 16},
+            {"linear_num_value_heads", 24},
+            {"linear_key_head_dim", 128},
+            {"linear_value_head_dim", 128},
+            {"num_key_value_heads", 2},
+            {"head_dim", 256}};
   try {
     parse_model_config(j, "bad.json", 1);
     FAIL() << "HV % H != 0 accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("num_value_heads (24) is not a multiple of num_key_heads (16)"), std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("num_value_heads (24) is not a multiple of num_key_heads (16)"),
+        std::string::npos)
         << e.what();
   }
   j["linear_num_value_heads"] = 32;
@@ -114,9 +137,12 @@ TEST(ModelConfig, InconsistentOrMissingFieldsAreClearErrors) {
     parse_model_config(j, "bad.json", 1);
     FAIL() << "missing field accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bad.json: missing field 'linear_key_head_dim'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad.json: missing field 'linear_key_head_dim'"),
+              std::string::npos)
+        << e.what();
   }
-  EXPECT_THROW(parse_model_config(json{{"model_type", "llama"}, {"num_hidden_layers", 2}}, "x", 1), Error);
+  EXPECT_THROW(parse_model_config(json{{"model_type", "llama"}, {"num_hidden_layers", 2}}, "x", 1),
+               Error);
   EXPECT_THROW(parse_model_config(json{{"foo", 1}}, "x", 1), Error);
   EXPECT_THROW(load_model("no-such-model"), Error);
   EXPECT_THROW(load_model("/nonexistent/dir/model.json"), Error);

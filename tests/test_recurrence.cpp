@@ -49,7 +49,8 @@ TEST(Recurrence, Fp32MatchesFp64WithinDerivedBound_d60_T63_HV3H) {
   for (GateKind gate : {GateKind::gdn, GateKind::kda}) {
     const RecurrenceShape s = awkward(gate);
     const int T = 63;
-    const LayerInputs in = synthetic_inputs(gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, 42, 0, T);
+    const LayerInputs in = synthetic_inputs(
+        gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, 42, 0, T);
     const size_t head = size_t(s.dv) * s.dk;
     Rng rng(5);
     std::vector<float> S0(s.HV * head);
@@ -80,7 +81,8 @@ TEST(Recurrence, Fp32MatchesFp64WithinDerivedBound_d60_T63_HV3H) {
         max_out_allowed = std::max(max_out_allowed, scale * bound + out_bound_extra);
         double err = 0;
         for (size_t e = 0; e < head; ++e) err += (S32[e] - S64[e]) * (S32[e] - S64[e]);
-        ASSERT_LE(std::sqrt(err), bound) << "gate " << gate_kind_name(gate) << " head " << h << " t " << t;
+        ASSERT_LE(std::sqrt(err), bound)
+            << "gate " << gate_kind_name(gate) << " head " << h << " t " << t;
       }
       EXPECT_LE(max_out_err, max_out_allowed) << gate_kind_name(gate) << " head " << h;
     }
@@ -196,7 +198,8 @@ TEST(Recurrence, DecayOnlyScalesColumns) {
 TEST(Recurrence, PerturbationShrinks) {
   for (GateKind gate : {GateKind::gdn, GateKind::kda}) {
     RecurrenceShape s = awkward(gate);
-    const LayerInputs in = synthetic_inputs(gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, 8, 0, 20);
+    const LayerInputs in = synthetic_inputs(
+        gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, 8, 0, 20);
     const size_t head = size_t(s.dv) * s.dk;
     Rng rng(6);
     std::vector<double> A(head), B(head);
@@ -237,7 +240,8 @@ TEST(Recurrence, GroupedValueHeadsReadTheirKeyHead) {
         single.q[t * s.dk + j] = in.q[(size_t(t) * s.H + kh) * s.dk + j];
         single.k[t * s.dk + j] = in.k[(size_t(t) * s.H + kh) * s.dk + j];
       }
-      for (int i = 0; i < s.dv; ++i) single.v[t * s.dv + i] = in.v[(size_t(t) * s.HV + h) * s.dv + i];
+      for (int i = 0; i < s.dv; ++i)
+        single.v[t * s.dv + i] = in.v[(size_t(t) * s.HV + h) * s.dv + i];
       single.g[t] = in.g[size_t(t) * s.HV + h];
       single.beta[t] = in.beta[size_t(t) * s.HV + h];
     }
@@ -245,7 +249,8 @@ TEST(Recurrence, GroupedValueHeadsReadTheirKeyHead) {
     gated_delta_head_fp32(one, single, 0, 0, T, S1.data(), o1.data());
     for (size_t e = 0; e < S1.size(); ++e) ASSERT_EQ(S1[e], S[h * S1.size() + e]) << "head " << h;
     for (int t = 0; t < T; ++t)
-      for (int i = 0; i < s.dv; ++i) ASSERT_EQ(o1[t * s.dv + i], o[(size_t(t) * s.HV + h) * s.dv + i]);
+      for (int i = 0; i < s.dv; ++i)
+        ASSERT_EQ(o1[t * s.dv + i], o[(size_t(t) * s.HV + h) * s.dv + i]);
   }
 }
 

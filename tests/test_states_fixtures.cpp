@@ -29,7 +29,8 @@ void expect_states(const std::vector<MultiLayerState>& states, int n_states) {
         for (int i = 0; i < 16; ++i)
           for (int j = 0; j < 16; ++j)
             ASSERT_EQ(states[n].head(l, h)[i * 16 + j], expected(l, n, h, i, j))
-                << "state " << n << " layer " << l << " head " << h << " [" << i << ", " << j << "]";
+                << "state " << n << " layer " << l << " head " << h << " [" << i << ", " << j
+                << "]";
 }
 
 std::string error_of(const std::string& file, const ModelConfig& m) {

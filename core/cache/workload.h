@@ -43,10 +43,10 @@ struct KSweepResult {
   // lies inside the shared prefix; else 0) / sum(prompt): the reuse of an unbounded extra_buffer
   // cache, the ceiling of reuse_frac.
   double cached_prefix_fraction = 0.0;
-  int64_t probe_hits = 0;       // PROBE requests with a hit
-  int64_t probe_cow_loads = 0;  // copy-on-write loads during PROBE
-  CacheCounters counters;       // whole run
-  RadixCounters tree;           // whole run
+  int64_t probe_hits = 0;                    // PROBE requests with a hit
+  int64_t probe_cow_loads = 0;               // copy-on-write loads during PROBE
+  CacheCounters counters;                    // whole run
+  RadixCounters tree;                        // whole run
   std::vector<RequestRecord> probe_records;  // PROBE requests, in submission order
 };
 

@@ -14,7 +14,9 @@ namespace {
 constexpr float kAmaxFloor = 1e-8f;
 }
 
-const char* scale_dtype_name(ScaleDtype d) { return d == ScaleDtype::bf16 ? "bf16" : "fp32"; }
+const char* scale_dtype_name(ScaleDtype d) {
+  return d == ScaleDtype::bf16 ? "bf16" : "fp32";
+}
 
 ScaleDtype parse_scale_dtype(const std::string& name) {
   if (name == "bf16") return ScaleDtype::bf16;
@@ -24,20 +26,28 @@ ScaleDtype parse_scale_dtype(const std::string& name) {
 
 const char* Codec::kind_name() const {
   switch (kind) {
-    case CodecKind::fp32: return "fp32";
-    case CodecKind::bf16: return "bf16";
-    case CodecKind::int8: return "int8";
-    case CodecKind::fp8_e4m3: return "fp8_e4m3";
-    case CodecKind::fp8_e4m3_raw: return "fp8_e4m3_raw";
+    case CodecKind::fp32:
+      return "fp32";
+    case CodecKind::bf16:
+      return "bf16";
+    case CodecKind::int8:
+      return "int8";
+    case CodecKind::fp8_e4m3:
+      return "fp8_e4m3";
+    case CodecKind::fp8_e4m3_raw:
+      return "fp8_e4m3_raw";
   }
   return "?";
 }
 
 size_t Codec::value_bytes() const {
   switch (kind) {
-    case CodecKind::fp32: return 4;
-    case CodecKind::bf16: return 2;
-    default: return 1;
+    case CodecKind::fp32:
+      return 4;
+    case CodecKind::bf16:
+      return 2;
+    default:
+      return 1;
   }
 }
 
@@ -63,26 +73,36 @@ Codec parse_codec(const std::string& name, ScaleDtype scale) {
   std::string base = name;
   for (const char* dt : {"bf16", "fp32"}) {
     const std::string suffix = std::string("_") + dt + "_scale";
-    if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (base.size() > suffix.size() &&
+        base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
       c.scale_dtype = parse_scale_dtype(dt);
       base = base.substr(0, base.size() - suffix.size());
-      if (base != "int8" && base != "fp8_e4m3") fail("codec '{}': only int8 and fp8_e4m3 take a scale dtype", name);
+      if (base != "int8" && base != "fp8_e4m3")
+        fail("codec '{}': only int8 and fp8_e4m3 take a scale dtype", name);
     }
   }
-  if (base == "fp32") c.kind = CodecKind::fp32;
-  else if (base == "bf16") c.kind = CodecKind::bf16;
-  else if (base == "int8") c.kind = CodecKind::int8;
-  else if (base == "fp8_e4m3" || base == "fp8-e4m3") c.kind = CodecKind::fp8_e4m3;
-  else if (base == "fp8_e4m3_raw" || base == "fp8-e4m3-raw") c.kind = CodecKind::fp8_e4m3_raw;
+  if (base == "fp32")
+    c.kind = CodecKind::fp32;
+  else if (base == "bf16")
+    c.kind = CodecKind::bf16;
+  else if (base == "int8")
+    c.kind = CodecKind::int8;
+  else if (base == "fp8_e4m3" || base == "fp8-e4m3")
+    c.kind = CodecKind::fp8_e4m3;
+  else if (base == "fp8_e4m3_raw" || base == "fp8-e4m3-raw")
+    c.kind = CodecKind::fp8_e4m3_raw;
   else
-    fail("unknown codec '{}' (expected fp32, bf16, int8, fp8_e4m3, fp8_e4m3_raw, or int8/fp8_e4m3 "
-         "with _bf16_scale / _fp32_scale)", name);
+    fail(
+        "unknown codec '{}' (expected fp32, bf16, int8, fp8_e4m3, fp8_e4m3_raw, or int8/fp8_e4m3 "
+        "with _bf16_scale / _fp32_scale)",
+        name);
   return c;
 }
 
 std::string codec_label(const Codec& c, bool explicit_scale) {
   std::string s = c.kind_name();
-  if (explicit_scale && c.has_scales()) s += std::string("_") + scale_dtype_name(c.scale_dtype) + "_scale";
+  if (explicit_scale && c.has_scales())
+    s += std::string("_") + scale_dtype_name(c.scale_dtype) + "_scale";
   return s;
 }
 
@@ -91,8 +111,10 @@ void check_finite_head(const float* S, int dv, int dk, HeadIndex where) {
     for (int j = 0; j < dk; ++j) {
       const float x = S[static_cast<size_t>(i) * dk + j];
       if (!std::isfinite(x))
-        fail("non-finite state value {} at layer {}, head {}, index [{}, {}] (d_v row, d_k column): "
-             "refusing to encode it", x, where.layer, where.head, i, j);
+        fail(
+            "non-finite state value {} at layer {}, head {}, index [{}, {}] (d_v row, d_k column): "
+            "refusing to encode it",
+            x, where.layer, where.head, i, j);
     }
 }
 
@@ -157,7 +179,9 @@ bool all_finite(const float* S, size_t n) {
 
 }  // namespace
 
-int8_t int8_code(float x, float scale) { return static_cast<int8_t>(int8_code_float(x, scale)); }
+int8_t int8_code(float x, float scale) {
+  return static_cast<int8_t>(int8_code_float(x, scale));
+}
 
 void encode_head(const Codec& c, const float* S, int dv, int dk, uint8_t* values, uint8_t* scales,
                  HeadIndex where) {
@@ -188,7 +212,8 @@ void encode_head(const Codec& c, const float* S, int dv, int dk, uint8_t* values
         const float* row = S + static_cast<size_t>(i) * dk;
         uint8_t* out = values + static_cast<size_t>(i) * dk;
         if (c.kind == CodecKind::int8) {
-          for (int j = 0; j < dk; ++j) out[j] = static_cast<uint8_t>(static_cast<int8_t>(int8_code_float(row[j], scale[j])));
+          for (int j = 0; j < dk; ++j)
+            out[j] = static_cast<uint8_t>(static_cast<int8_t>(int8_code_float(row[j], scale[j])));
         } else {
           for (int j = 0; j < dk; ++j) out[j] = fp8_e4m3_from_float(row[j] / scale[j]);
         }
@@ -223,7 +248,8 @@ void decode_head(const Codec& c, const uint8_t* values, const uint8_t* scales, i
         const uint8_t* in = values + static_cast<size_t>(i) * dk;
         float* row = S + static_cast<size_t>(i) * dk;
         if (c.kind == CodecKind::int8) {
-          for (int j = 0; j < dk; ++j) row[j] = static_cast<float>(static_cast<int8_t>(in[j])) * scale[j];
+          for (int j = 0; j < dk; ++j)
+            row[j] = static_cast<float>(static_cast<int8_t>(in[j])) * scale[j];
         } else {
           for (int j = 0; j < dk; ++j) row[j] = fp8_e4m3_to_float(in[j]) * scale[j];
         }
@@ -252,12 +278,14 @@ void roundtrip_head(const Codec& c, const float* S, int dv, int dk, float* out, 
         const float* row = S + static_cast<size_t>(i) * dk;
         float* o = out + static_cast<size_t>(i) * dk;
         // Through an integer, as decode does: a code of -0.0f must decode to +0.0f.
-        for (int j = 0; j < dk; ++j) o[j] = static_cast<float>(static_cast<int>(int8_code_float(row[j], scale[j]))) * scale[j];
+        for (int j = 0; j < dk; ++j)
+          o[j] = static_cast<float>(static_cast<int>(int8_code_float(row[j], scale[j]))) * scale[j];
       }
       return;
     }
     default: {
-      std::vector<uint8_t> values(n * c.value_bytes()), scales(static_cast<size_t>(dk) * c.scale_bytes());
+      std::vector<uint8_t> values(n * c.value_bytes()),
+          scales(static_cast<size_t>(dk) * c.scale_bytes());
       encode_head(c, S, dv, dk, values.data(), scales.data(), where);
       decode_head(c, values.data(), scales.data(), dv, dk, out);
       return;
@@ -275,8 +303,9 @@ EncodedState encode(const Codec& c, const MultiLayerState& S) {
   for (int l = 0; l < s.layers; ++l)
     for (int h = 0; h < s.heads; ++h) {
       const size_t head = static_cast<size_t>(l) * s.heads + h;
-      encode_head(c, S.head(l, h), s.dv, s.dk, e.values.data() + head * s.head_size() * c.value_bytes(),
-                  c.has_scales() ? e.scales.data() + head * s.dk * c.scale_bytes() : nullptr, {l, h});
+      encode_head(
+          c, S.head(l, h), s.dv, s.dk, e.values.data() + head * s.head_size() * c.value_bytes(),
+          c.has_scales() ? e.scales.data() + head * s.dk * c.scale_bytes() : nullptr, {l, h});
     }
   return e;
 }
@@ -289,8 +318,8 @@ MultiLayerState decode(const EncodedState& e) {
     for (int h = 0; h < s.heads; ++h) {
       const size_t head = static_cast<size_t>(l) * s.heads + h;
       decode_head(c, e.values.data() + head * s.head_size() * c.value_bytes(),
-                  c.has_scales() ? e.scales.data() + head * s.dk * c.scale_bytes() : nullptr, s.dv, s.dk,
-                  S.head(l, h));
+                  c.has_scales() ? e.scales.data() + head * s.dk * c.scale_bytes() : nullptr, s.dv,
+                  s.dk, S.head(l, h));
     }
   return S;
 }

@@ -10,16 +10,23 @@ namespace statecheck {
 
 const char* drive_kind_name(DriveKind k) {
   switch (k) {
-    case DriveKind::seed_kda: return "seed-kda";
-    case DriveKind::init_gdn: return "init-gdn";
-    case DriveKind::init_kda: return "init-kda";
-    case DriveKind::states: return "states";
-    case DriveKind::tinylm: return "tinylm";
+    case DriveKind::seed_kda:
+      return "seed-kda";
+    case DriveKind::init_gdn:
+      return "init-gdn";
+    case DriveKind::init_kda:
+      return "init-kda";
+    case DriveKind::states:
+      return "states";
+    case DriveKind::tinylm:
+      return "tinylm";
   }
   return "?";
 }
 
-std::string DriveSpec::name() const { return drive_kind_name(kind); }
+std::string DriveSpec::name() const {
+  return drive_kind_name(kind);
+}
 
 DriveKind DriveSpec::token_drive(const ModelConfig& m) const {
   if (kind == DriveKind::states || kind == DriveKind::tinylm)
@@ -29,12 +36,18 @@ DriveKind DriveSpec::token_drive(const ModelConfig& m) const {
 
 DriveSpec parse_drive(const std::string& name, const std::string& states_file) {
   DriveSpec d;
-  if (name == "seed-kda") d.kind = DriveKind::seed_kda;
-  else if (name == "init-gdn") d.kind = DriveKind::init_gdn;
-  else if (name == "init-kda") d.kind = DriveKind::init_kda;
-  else if (name == "states") d.kind = DriveKind::states;
-  else if (name == "tinylm") d.kind = DriveKind::tinylm;
-  else fail("unknown drive '{}' (expected seed-kda, init-gdn, init-kda, states, tinylm)", name);
+  if (name == "seed-kda")
+    d.kind = DriveKind::seed_kda;
+  else if (name == "init-gdn")
+    d.kind = DriveKind::init_gdn;
+  else if (name == "init-kda")
+    d.kind = DriveKind::init_kda;
+  else if (name == "states")
+    d.kind = DriveKind::states;
+  else if (name == "tinylm")
+    d.kind = DriveKind::tinylm;
+  else
+    fail("unknown drive '{}' (expected seed-kda, init-gdn, init-kda, states, tinylm)", name);
   if (d.kind == DriveKind::states) {
     if (states_file.empty()) fail("drive 'states' needs --states FILE (safetensors or HDF5)");
     d.states_file = states_file;
@@ -54,19 +67,30 @@ void check_drive_matches_model(const DriveSpec& d, const ModelConfig& m) {
   const bool kda_drive = d.kind == DriveKind::seed_kda || d.kind == DriveKind::init_kda;
   const bool gdn_drive = d.kind == DriveKind::init_gdn;
   if (kda_drive && m.gate != GateKind::kda)
-    fail("drive '{}' produces per-channel (KDA) gates but model '{}' is a GDN model (scalar gate per "
-         "head); use --drive init-gdn", d.name(), m.name);
+    fail(
+        "drive '{}' produces per-channel (KDA) gates but model '{}' is a GDN model (scalar gate "
+        "per "
+        "head); use --drive init-gdn",
+        d.name(), m.name);
   if (gdn_drive && m.gate != GateKind::gdn)
-    fail("drive '{}' produces scalar (GDN) gates but model '{}' is a KDA model (per-channel gates); "
-         "use --drive seed-kda or init-kda", d.name(), m.name);
+    fail(
+        "drive '{}' produces scalar (GDN) gates but model '{}' is a KDA model (per-channel gates); "
+        "use --drive seed-kda or init-kda",
+        d.name(), m.name);
 }
 
 namespace {
 
-double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+double softplus(double x) {
+  return x > 20.0 ? x : std::log1p(std::exp(x));
+}
 // softplus^-1(y) = log(exp(y) - 1) = y + log(-expm1(-y)), stable for small y.
-double softplus_inverse(double y) { return y + std::log(-std::expm1(-y)); }
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double softplus_inverse(double y) {
+  return y + std::log(-std::expm1(-y));
+}
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 void fill_normal_bf16(Rng& rng, std::vector<float>& a, double stddev) {
   for (auto& x : a) x = round_to_bf16(static_cast<float>(stddev * rng.normal()));
@@ -74,11 +98,13 @@ void fill_normal_bf16(Rng& rng, std::vector<float>& a, double stddev) {
 
 }  // namespace
 
-LayerInputs synthetic_inputs(DriveKind kind, const RecurrenceShape& s, uint64_t seed, int layer, int T) {
+LayerInputs synthetic_inputs(DriveKind kind, const RecurrenceShape& s, uint64_t seed, int layer,
+                             int T) {
   const bool kda_gate = s.gate == GateKind::kda;
   if ((kind == DriveKind::seed_kda || kind == DriveKind::init_kda) && !kda_gate)
     fail("drive '{}' needs a KDA (per-channel gate) shape", drive_kind_name(kind));
-  if (kind == DriveKind::init_gdn && kda_gate) fail("drive 'init-gdn' needs a GDN (scalar gate) shape");
+  if (kind == DriveKind::init_gdn && kda_gate)
+    fail("drive 'init-gdn' needs a GDN (scalar gate) shape");
   if (kind != DriveKind::seed_kda && kind != DriveKind::init_gdn && kind != DriveKind::init_kda)
     fail("drive '{}' is not synthetic", drive_kind_name(kind));
 
@@ -105,7 +131,8 @@ LayerInputs synthetic_inputs(DriveKind kind, const RecurrenceShape& s, uint64_t 
   const int gate_params = kda_gate ? s.HV * s.dk : s.HV;
   std::vector<double> A(s.HV), dt_bias(gate_params);
   for (int h = 0; h < s.HV; ++h) A[h] = rp.uniform(1.0, 16.0);  // exp(A_log)
-  for (auto& b : dt_bias) b = softplus_inverse(std::exp(rp.uniform(std::log(1e-3), std::log(1e-1))));
+  for (auto& b : dt_bias)
+    b = softplus_inverse(std::exp(rp.uniform(std::log(1e-3), std::log(1e-1))));
   for (int t = 0; t < T; ++t)
     for (int p = 0; p < gate_params; ++p) {
       const int h = kda_gate ? p / s.dk : p;

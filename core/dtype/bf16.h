@@ -32,9 +32,13 @@ inline uint16_t bf16_bits_from_float(float f) {
   return static_cast<uint16_t>((u + 0x7FFFu + lsb) >> 16);
 }
 
-inline float float_from_bf16_bits(uint16_t b) { return float_from_bits(static_cast<uint32_t>(b) << 16); }
+inline float float_from_bf16_bits(uint16_t b) {
+  return float_from_bits(static_cast<uint32_t>(b) << 16);
+}
 
 // fp32 value rounded to the nearest bf16 value (returned as fp32, exactly representable in bf16).
-inline float round_to_bf16(float f) { return float_from_bf16_bits(bf16_bits_from_float(f)); }
+inline float round_to_bf16(float f) {
+  return float_from_bf16_bits(bf16_bits_from_float(f));
+}
 
 }  // namespace statecheck

@@ -33,7 +33,7 @@ uint8_t fp8_e4m3_from_float(float x) {
   }
   int e2 = 0;
   const float fraction = std::frexp(a, &e2);  // a = fraction * 2^e2, fraction in [0.5, 1)
-  int exponent = e2 - 1;                       // a = 1.f * 2^exponent, exponent in [-6, 8]
+  int exponent = e2 - 1;                      // a = 1.f * 2^exponent, exponent in [-6, 8]
   // Significand scaled to [8, 16): exact (power-of-two scaling of a float).
   int q = static_cast<int>(std::nearbyint(std::ldexp(fraction, 4)));
   if (q == 16) {

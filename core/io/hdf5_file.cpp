@@ -32,7 +32,8 @@ std::string parent_of(const std::string& p) {
   return pos == std::string::npos ? "" : p.substr(0, pos);
 }
 
-void write_string_attr(hid_t obj, const std::string& name, const std::string& value, const std::string& path) {
+void write_string_attr(hid_t obj, const std::string& name, const std::string& value,
+                       const std::string& path) {
   hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, value.empty() ? 1 : value.size());
   H5Tset_cset(type, H5T_CSET_UTF8);
@@ -70,12 +71,14 @@ void H5Writer::group(const std::string& name) {
   size_t start = 0;
   while (start <= name.size()) {
     const size_t end = name.find('/', start);
-    const std::string part = name.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::string part =
+        name.substr(start, end == std::string::npos ? std::string::npos : end - start);
     if (!part.empty()) {
       partial += (partial.empty() ? "" : "/") + part;
       if (H5Lexists(file_, partial.c_str(), H5P_DEFAULT) <= 0) {
-        hid_t g = check_id(H5Gcreate2(file_, partial.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                           "creating group " + partial, path_);
+        hid_t g =
+            check_id(H5Gcreate2(file_, partial.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                     "creating group " + partial, path_);
         H5Gclose(g);
       }
     }
@@ -86,32 +89,42 @@ void H5Writer::group(const std::string& name) {
 
 namespace {
 template <typename T>
-void write_numeric(int64_t file, const std::string& path, const std::string& dataset, const std::vector<T>& data,
-                   const std::vector<size_t>& shape, hid_t mem_type, hid_t file_type) {
-  const size_t n = std::accumulate(shape.begin(), shape.end(), size_t{1}, std::multiplies<size_t>());
+void write_numeric(int64_t file, const std::string& path, const std::string& dataset,
+                   const std::vector<T>& data, const std::vector<size_t>& shape, hid_t mem_type,
+                   hid_t file_type) {
+  const size_t n =
+      std::accumulate(shape.begin(), shape.end(), size_t{1}, std::multiplies<size_t>());
   if (n != data.size())
     fail("{}: dataset {} has {} values but shape product {}", path, dataset, data.size(), n);
   std::vector<hsize_t> dims(shape.begin(), shape.end());
-  hid_t space = shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-  if (H5Lexists(file, dataset.c_str(), H5P_DEFAULT) > 0) H5Ldelete(file, dataset.c_str(), H5P_DEFAULT);
-  hid_t ds = check_id(H5Dcreate2(file, dataset.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                      "creating dataset " + dataset, path);
-  if (n > 0) check(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), "writing " + dataset, path);
+  hid_t space = shape.empty()
+                    ? H5Screate(H5S_SCALAR)
+                    : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  if (H5Lexists(file, dataset.c_str(), H5P_DEFAULT) > 0)
+    H5Ldelete(file, dataset.c_str(), H5P_DEFAULT);
+  hid_t ds = check_id(
+      H5Dcreate2(file, dataset.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      "creating dataset " + dataset, path);
+  if (n > 0)
+    check(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), "writing " + dataset,
+          path);
   H5Dclose(ds);
   H5Sclose(space);
 }
 }  // namespace
 
-void H5Writer::write(const std::string& dataset, const std::vector<double>& data, const std::vector<size_t>& shape,
-                     const std::string& units, const std::string& description) {
+void H5Writer::write(const std::string& dataset, const std::vector<double>& data,
+                     const std::vector<size_t>& shape, const std::string& units,
+                     const std::string& description) {
   group(parent_of(dataset));
   write_numeric(file_, path_, dataset, data, shape, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE);
   attr(dataset, "units", units);
   attr(dataset, "description", description);
 }
 
-void H5Writer::write(const std::string& dataset, const std::vector<int64_t>& data, const std::vector<size_t>& shape,
-                     const std::string& units, const std::string& description) {
+void H5Writer::write(const std::string& dataset, const std::vector<int64_t>& data,
+                     const std::vector<size_t>& shape, const std::string& units,
+                     const std::string& description) {
   group(parent_of(dataset));
   write_numeric(file_, path_, dataset, data, shape, H5T_NATIVE_INT64, H5T_STD_I64LE);
   attr(dataset, "units", units);
@@ -129,16 +142,21 @@ void H5Writer::write_strings(const std::string& dataset, const std::vector<std::
   size_t width = 1;
   for (const auto& v : values) width = std::max(width, v.size() + 1);
   std::vector<char> buf(values.size() * width, '\0');
-  for (size_t i = 0; i < values.size(); ++i) std::copy(values[i].begin(), values[i].end(), buf.begin() + i * width);
+  for (size_t i = 0; i < values.size(); ++i)
+    std::copy(values[i].begin(), values[i].end(), buf.begin() + i * width);
   hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, width);
   H5Tset_strpad(type, H5T_STR_NULLTERM);
   hsize_t dims[1] = {values.size()};
   hid_t space = H5Screate_simple(1, dims, nullptr);
-  if (H5Lexists(file_, dataset.c_str(), H5P_DEFAULT) > 0) H5Ldelete(file_, dataset.c_str(), H5P_DEFAULT);
-  hid_t ds = check_id(H5Dcreate2(file_, dataset.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                      "creating dataset " + dataset, path_);
-  if (!values.empty()) check(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "writing " + dataset, path_);
+  if (H5Lexists(file_, dataset.c_str(), H5P_DEFAULT) > 0)
+    H5Ldelete(file_, dataset.c_str(), H5P_DEFAULT);
+  hid_t ds = check_id(
+      H5Dcreate2(file_, dataset.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      "creating dataset " + dataset, path_);
+  if (!values.empty())
+    check(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "writing " + dataset,
+          path_);
   H5Dclose(ds);
   H5Sclose(space);
   H5Tclose(type);
@@ -147,16 +165,19 @@ void H5Writer::write_strings(const std::string& dataset, const std::vector<std::
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, const std::string& value) {
-  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT), "opening " + object, path_);
+  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT),
+                       "opening " + object, path_);
   write_string_attr(obj, name, value, path_);
   H5Oclose(obj);
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, double value) {
-  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT), "opening " + object, path_);
+  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT),
+                       "opening " + object, path_);
   hid_t space = H5Screate(H5S_SCALAR);
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
-  hid_t a = check_id(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT), "attribute " + name, path_);
+  hid_t a = check_id(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+                     "attribute " + name, path_);
   check(H5Awrite(a, H5T_NATIVE_DOUBLE, &value), "writing attribute " + name, path_);
   H5Aclose(a);
   H5Sclose(space);
@@ -164,10 +185,12 @@ void H5Writer::attr(const std::string& object, const std::string& name, double v
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, int64_t value) {
-  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT), "opening " + object, path_);
+  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT),
+                       "opening " + object, path_);
   hid_t space = H5Screate(H5S_SCALAR);
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
-  hid_t a = check_id(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), "attribute " + name, path_);
+  hid_t a = check_id(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+                     "attribute " + name, path_);
   check(H5Awrite(a, H5T_NATIVE_INT64, &value), "writing attribute " + name, path_);
   H5Aclose(a);
   H5Sclose(space);
@@ -232,9 +255,12 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted) {
     H5Literate(file, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, collect_dataset, &found);
     bool has_state = false;
     for (const auto& n : found.names) has_state = has_state || n == "state";
-    if (has_state) name = "state";
-    else if (found.names.size() == 1) name = found.names[0];
-    else if (found.names.empty()) fail("{}: no dataset at the root (expected one named 'state')", path);
+    if (has_state)
+      name = "state";
+    else if (found.names.size() == 1)
+      name = found.names[0];
+    else if (found.names.empty())
+      fail("{}: no dataset at the root (expected one named 'state')", path);
     else {
       std::string list;
       for (const auto& n : found.names) list += (list.empty() ? "" : ", ") + n;
@@ -272,8 +298,10 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted) {
   H5Sclose(space);
   H5Dclose(ds);
   if (out.dtype.empty())
-    fail("{}: dataset '{}' has an unsupported type (expected float32, float64, or uint16 with "
-         "attribute dtype=\"bf16\")", path, name);
+    fail(
+        "{}: dataset '{}' has an unsupported type (expected float32, float64, or uint16 with "
+        "attribute dtype=\"bf16\")",
+        path, name);
   if (status < 0) fail("{}: reading dataset '{}' failed (truncated file?)", path, name);
   return out;
 }

@@ -44,8 +44,10 @@ RunInfo RunInfo::collect(const std::string& command_line, uint64_t seed, const s
   r.git_commit = run_command("git -C '" + src + "' rev-parse --verify -q HEAD 2>/dev/null");
   const bool hex40 = r.git_commit.size() == 40 &&
                      r.git_commit.find_first_not_of("0123456789abcdef") == std::string::npos;
-  if (!hex40) r.git_commit = "unknown";
-  else if (!run_command("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null").empty())
+  if (!hex40)
+    r.git_commit = "unknown";
+  else if (!run_command("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null")
+                .empty())
     r.git_commit += "-dirty";
   r.command_line = command_line;
   r.seed = seed;
@@ -58,8 +60,8 @@ RunInfo RunInfo::collect(const std::string& command_line, uint64_t seed, const s
   r.created_utc = buf;
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  r.host = std::string(host) + ", " + cpu_model() + ", " + std::to_string(std::thread::hardware_concurrency()) +
-           " hardware threads";
+  r.host = std::string(host) + ", " + cpu_model() + ", " +
+           std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
   return r;
 }
 

@@ -35,8 +35,10 @@ Header read_header(const std::string& path, std::ifstream& in) {
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   for (int i = 7; i >= 0; --i) h.header_len = (h.header_len << 8) | len_bytes[i];
   if (h.header_len > h.file_size - 8)
-    fail("{}: header length {} runs past the end of the file ({} bytes): truncated or not a "
-         "safetensors file", path, h.header_len, h.file_size);
+    fail(
+        "{}: header length {} runs past the end of the file ({} bytes): truncated or not a "
+        "safetensors file",
+        path, h.header_len, h.file_size);
   std::string header(h.header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(h.header_len));
   try {
@@ -72,9 +74,12 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted) 
     if (it.key() != "__metadata__") names.push_back(it.key());
   std::string name = wanted;
   if (name.empty()) {
-    if (j.contains("state")) name = "state";
-    else if (names.size() == 1) name = names[0];
-    else if (names.empty()) fail("{}: no tensors in the file", path);
+    if (j.contains("state"))
+      name = "state";
+    else if (names.size() == 1)
+      name = names[0];
+    else if (names.empty())
+      fail("{}: no tensors in the file", path);
     else {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
@@ -88,10 +93,14 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted) 
   if (!t["dtype"].is_string()) fail("{}: tensor '{}': dtype must be a string", path, name);
   const std::string dtype = t["dtype"].get<std::string>();
   size_t elem = 0;
-  if (dtype == "F32") elem = 4;
-  else if (dtype == "BF16") elem = 2;
-  else if (dtype == "F64") elem = 8;
-  else fail("{}: tensor '{}' has dtype {} (supported: F32, BF16, F64)", path, name, dtype);
+  if (dtype == "F32")
+    elem = 4;
+  else if (dtype == "BF16")
+    elem = 2;
+  else if (dtype == "F64")
+    elem = 8;
+  else
+    fail("{}: tensor '{}' has dtype {} (supported: F32, BF16, F64)", path, name, dtype);
 
   FloatArray out;
   out.name = name;
@@ -105,13 +114,17 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted) 
     count *= d.get<uint64_t>();
   }
   const json& off = t["data_offsets"];
-  if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer())
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() ||
+      !off[1].is_number_integer())
     fail("{}: tensor '{}': data_offsets must be [begin, end]", path, name);
   const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-  if (end < begin) fail("{}: tensor '{}': data_offsets [{}, {}] are reversed", path, name, begin, end);
+  if (end < begin)
+    fail("{}: tensor '{}': data_offsets [{}, {}] are reversed", path, name, begin, end);
   if (end - begin != count * elem)
-    fail("{}: tensor '{}' is labelled {} with shape of {} elements ({} bytes) but its data_offsets "
-         "span {} bytes: mislabelled dtype or shape", path, name, dtype, count, count * elem, end - begin);
+    fail(
+        "{}: tensor '{}' is labelled {} with shape of {} elements ({} bytes) but its data_offsets "
+        "span {} bytes: mislabelled dtype or shape",
+        path, name, dtype, count, count * elem, end - begin);
   if (end > data_size)
     fail("{}: tensor '{}' ends at data byte {} but the file holds only {} data bytes: truncated",
          path, name, end, data_size);
@@ -142,12 +155,15 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   json header = json::object();
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (t.dtype != "F32" && t.dtype != "BF16") fail("write_safetensors: tensor '{}': dtype {} not supported", name, t.dtype);
+    if (t.dtype != "F32" && t.dtype != "BF16")
+      fail("write_safetensors: tensor '{}': dtype {} not supported", name, t.dtype);
     size_t n = 1;
     for (auto d : t.shape) n *= d;
-    if (n != t.data.size()) fail("write_safetensors: tensor '{}': {} values for shape of {}", name, t.data.size(), n);
+    if (n != t.data.size())
+      fail("write_safetensors: tensor '{}': {} values for shape of {}", name, t.data.size(), n);
     const uint64_t bytes = n * (t.dtype == "F32" ? 4 : 2);
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -164,7 +180,8 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
   for (const auto& [name, t] : tensors) {
     if (t.dtype == "F32") {
-      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size() * 4));
+      out.write(reinterpret_cast<const char*>(t.data.data()),
+                static_cast<std::streamsize>(t.data.size() * 4));
     } else {
       for (float f : t.data) {
         const uint16_t b = bf16_bits_from_float(f);

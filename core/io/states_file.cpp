@@ -30,8 +30,10 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
   probe.close();
   FloatArray a = has_hdf5_signature(path) ? read_hdf5_array(path) : read_safetensors(path);
 
-  const size_t L = m.linear_layer_count(), HV = m.value_heads_shard(), dv = m.head_v_dim, dk = m.head_k_dim;
-  const std::string expected = fmt::format("[{}, {}, {}, {}] or [{}, N, {}, {}, {}]", L, HV, dv, dk, L, HV, dv, dk);
+  const size_t L = m.linear_layer_count(), HV = m.value_heads_shard(), dv = m.head_v_dim,
+               dk = m.head_k_dim;
+  const std::string expected =
+      fmt::format("[{}, {}, {}, {}] or [{}, N, {}, {}, {}]", L, HV, dv, dk, L, HV, dv, dk);
   size_t N = 1;
   const auto& s = a.shape;
   if (s.size() == 4) {
@@ -39,26 +41,27 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
   } else if (s.size() == 5) {
     N = s[1];
   } else {
-    fail("{}: tensor '{}' has shape {}; expected {} for model {} at TP {}", path, a.name, shape_str(s), expected,
-         m.name, m.tp);
+    fail("{}: tensor '{}' has shape {}; expected {} for model {} at TP {}", path, a.name,
+         shape_str(s), expected, m.name, m.tp);
   }
   const size_t fL = s[0], fHV = s[s.size() - 3], fdv = s[s.size() - 2], fdk = s[s.size() - 1];
   if (fL != L)
-    fail("{}: tensor '{}' has {} layers (axis 0) but model {} has {} linear-attention layers", path, a.name, fL,
-         m.name, L);
+    fail("{}: tensor '{}' has {} layers (axis 0) but model {} has {} linear-attention layers", path,
+         a.name, fL, m.name, L);
   if (fHV != HV) {
     std::string hint;
     if (fHV > 0 && static_cast<size_t>(m.num_value_heads) % fHV == 0)
       hint = fmt::format(" (a file of {} heads matches --tp {})", fHV, m.num_value_heads / fHV);
-    fail("{}: tensor '{}' has {} value heads but model {} at TP {} has {} per shard{}", path, a.name, fHV, m.name,
-         m.tp, HV, hint);
+    fail("{}: tensor '{}' has {} value heads but model {} at TP {} has {} per shard{}", path,
+         a.name, fHV, m.name, m.tp, HV, hint);
   }
   if (fdv != dv || fdk != dk)
-    fail("{}: tensor '{}' has head shape [{}, {}] but model {} has [d_v, d_k] = [{}, {}]", path, a.name, fdv, fdk,
-         m.name, dv, dk);
+    fail("{}: tensor '{}' has head shape [{}, {}] but model {} has [d_v, d_k] = [{}, {}]", path,
+         a.name, fdv, fdk, m.name, dv, dk);
   if (N == 0) fail("{}: tensor '{}' holds no states (N = 0)", path, a.name);
 
-  StateShape shape{static_cast<int>(L), static_cast<int>(HV), static_cast<int>(dv), static_cast<int>(dk)};
+  StateShape shape{static_cast<int>(L), static_cast<int>(HV), static_cast<int>(dv),
+                   static_cast<int>(dk)};
   std::vector<MultiLayerState> out(N, MultiLayerState(shape));
   const size_t layer = shape.layer_size();
   for (size_t l = 0; l < L; ++l)

@@ -60,19 +60,27 @@ void check_thresholds(const Summary& summary, std::vector<ThresholdRow>& rows) {
     }
     row.value = summary.get(row.key);
     const double v = row.value, x = row.limit;
-    if (std::isnan(v)) row.pass = false;
-    else if (row.op == "<") row.pass = v < x;
-    else if (row.op == ">") row.pass = v > x;
-    else if (row.op == "<=") row.pass = v <= x;
-    else row.pass = v >= x;
+    if (std::isnan(v))
+      row.pass = false;
+    else if (row.op == "<")
+      row.pass = v < x;
+    else if (row.op == ">")
+      row.pass = v > x;
+    else if (row.op == "<=")
+      row.pass = v <= x;
+    else
+      row.pass = v >= x;
   }
 }
 
-void write_summary_json(const std::string& path, const Summary& summary, const std::vector<ThresholdRow>* rows) {
+void write_summary_json(const std::string& path, const Summary& summary,
+                        const std::vector<ThresholdRow>* rows) {
   json j = json::object();
   for (const auto& [k, v] : summary.values()) {
-    if (std::isfinite(v)) j[k] = v;
-    else j[k] = std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    if (std::isfinite(v))
+      j[k] = v;
+    else
+      j[k] = std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
   }
   if (rows) {
     json t = json::object();

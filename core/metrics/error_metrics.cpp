@@ -46,9 +46,15 @@ ErrorStats compare_impl(const R* ref, const A* approx, size_t n) {
 }
 }  // namespace
 
-ErrorStats compare(const float* ref, const float* approx, size_t n) { return compare_impl(ref, approx, n); }
-ErrorStats compare(const double* ref, const double* approx, size_t n) { return compare_impl(ref, approx, n); }
-ErrorStats compare(const double* ref, const float* approx, size_t n) { return compare_impl(ref, approx, n); }
+ErrorStats compare(const float* ref, const float* approx, size_t n) {
+  return compare_impl(ref, approx, n);
+}
+ErrorStats compare(const double* ref, const double* approx, size_t n) {
+  return compare_impl(ref, approx, n);
+}
+ErrorStats compare(const double* ref, const float* approx, size_t n) {
+  return compare_impl(ref, approx, n);
+}
 
 ErrorStats compare_head(const float* ref, const float* approx, int dv, int dk) {
   ErrorStats s = compare_impl(ref, approx, static_cast<size_t>(dv) * dk);

@@ -12,12 +12,12 @@
 namespace statecheck {
 
 struct ErrorStats {
-  double sum_sq_err = 0.0;    // sum (approx - ref)^2
-  double sum_sq_ref = 0.0;    // sum ref^2
+  double sum_sq_err = 0.0;        // sum (approx - ref)^2
+  double sum_sq_ref = 0.0;        // sum ref^2
   double sum_sq_err_small = 0.0;  // part of sum_sq_err in below-median entries
   double max_abs = 0.0;
   size_t count = 0;
-  bool non_finite = false;    // an approx element was NaN or Inf
+  bool non_finite = false;  // an approx element was NaN or Inf
 
   void merge(const ErrorStats& o);
   // ||err|| / ||ref||; 0 when both are 0; +Inf when the reference is 0 but the error is not, or

@@ -13,7 +13,9 @@ namespace statecheck {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* gate_kind_name(GateKind kind) { return kind == GateKind::gdn ? "gdn" : "kda"; }
+const char* gate_kind_name(GateKind kind) {
+  return kind == GateKind::gdn ? "gdn" : "kda";
+}
 
 int ModelConfig::kv_heads_shard() const {
   if (full_attention.kind == FullAttentionSpec::Kind::mla) return 1;
@@ -48,7 +50,8 @@ std::vector<int> get_int_list(const json& j, const char* key, const std::string&
   if (!v.is_array()) fail("{}: field '{}{}' must be a list of integers", origin, where, key);
   std::vector<int> out;
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer()) fail("{}: field '{}{}[{}]' must be an integer", origin, where, key, i);
+    if (!v[i].is_number_integer())
+      fail("{}: field '{}{}[{}]' must be an integer", origin, where, key, i);
     out.push_back(v[i].get<int>());
   }
   return out;
@@ -69,13 +72,17 @@ void complete_layers(ModelConfig& m, const std::string& origin) {
 
 ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
   ModelConfig m;
-  if (!j.contains("name") || !j["name"].is_string()) fail("{}: missing string field 'name'", origin);
+  if (!j.contains("name") || !j["name"].is_string())
+    fail("{}: missing string field 'name'", origin);
   m.name = j["name"].get<std::string>();
   m.source = j.value("source", std::string());
   const std::string family = j["family"].is_string() ? j["family"].get<std::string>() : "";
-  if (family == "gdn") m.gate = GateKind::gdn;
-  else if (family == "kda") m.gate = GateKind::kda;
-  else fail("{}: field 'family' must be \"gdn\" or \"kda\", got {}", origin, j["family"].dump());
+  if (family == "gdn")
+    m.gate = GateKind::gdn;
+  else if (family == "kda")
+    m.gate = GateKind::kda;
+  else
+    fail("{}: field 'family' must be \"gdn\" or \"kda\", got {}", origin, j["family"].dump());
   m.num_layers = get_int(j, "num_layers", origin, "");
   m.full_layers = get_int_list(j, "full_attention_layers", origin, "");
   if (!j.contains("linear")) fail("{}: missing field 'linear'", origin);
@@ -86,9 +93,12 @@ ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
   m.head_v_dim = get_int(lin, "head_v_dim", origin, "linear.");
   m.conv_width = get_int(lin, "conv_width", origin, "linear.");
   const std::string layout = lin.value("conv_layout", std::string("channels_first"));
-  if (layout == "channels_first") m.conv_layout = ConvLayout::channels_first;
-  else if (layout == "window_first") m.conv_layout = ConvLayout::window_first;
-  else fail("{}: field 'linear.conv_layout' must be channels_first or window_first", origin);
+  if (layout == "channels_first")
+    m.conv_layout = ConvLayout::channels_first;
+  else if (layout == "window_first")
+    m.conv_layout = ConvLayout::window_first;
+  else
+    fail("{}: field 'linear.conv_layout' must be channels_first or window_first", origin);
   if (!j.contains("full_attention")) fail("{}: missing field 'full_attention'", origin);
   const json& fa = j["full_attention"];
   const std::string kind = fa.value("kind", std::string());
@@ -104,7 +114,8 @@ ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
     fail("{}: field 'full_attention.kind' must be \"mha\" or \"mla\"", origin);
   }
   if (j.contains("params_billion")) {
-    if (!j["params_billion"].is_number()) fail("{}: field 'params_billion' must be a number", origin);
+    if (!j["params_billion"].is_number())
+      fail("{}: field 'params_billion' must be a number", origin);
     m.params_billion = j["params_billion"].get<double>();
   }
   m.ssm_dtype = j.value("ssm_dtype", std::string("float32"));
@@ -116,7 +127,8 @@ ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
 // Hugging Face config.json of Qwen3-Next / Qwen3.5 (fields linear_*; layer_types or
 // full_attention_interval) or Kimi-Linear (linear_attn_config with 1-based layer lists).
 ModelConfig parse_hf_config(const json& top, const std::string& origin) {
-  const json& j = top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
+  const json& j =
+      top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
   const std::string where = &j == &top ? "" : "text_config.";
   const std::string model_type = top.value("model_type", j.value("model_type", std::string()));
   ModelConfig m;
@@ -141,21 +153,24 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
              types.size(), m.num_layers);
       for (int l = 0; l < m.num_layers; ++l) {
         const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
-        if (t == "full_attention") m.full_layers.push_back(l);
+        if (t == "full_attention")
+          m.full_layers.push_back(l);
         else if (t != "linear_attention")
           fail("{}: field '{}layer_types[{}]' is {}, expected linear_attention or full_attention",
                origin, where, l, types[l].dump());
       }
     } else {
       const int interval = get_int(j, "full_attention_interval", origin, where);
-      if (interval <= 0) fail("{}: field '{}full_attention_interval' must be positive", origin, where);
+      if (interval <= 0)
+        fail("{}: field '{}full_attention_interval' must be positive", origin, where);
       for (int l = 0; l < m.num_layers; ++l)
         if ((l + 1) % interval == 0) m.full_layers.push_back(l);
     }
     m.ssm_dtype = j.value("mamba_ssm_dtype", std::string("float32"));
   } else if (model_type == "kimi_linear") {
     m.gate = GateKind::kda;
-    if (!j.contains("linear_attn_config")) fail("{}: missing field '{}linear_attn_config'", origin, where);
+    if (!j.contains("linear_attn_config"))
+      fail("{}: missing field '{}linear_attn_config'", origin, where);
     const json& lin = j["linear_attn_config"];
     const std::string lw = where + "linear_attn_config.";
     m.num_key_heads = m.num_value_heads = get_int(lin, "num_heads", origin, lw);
@@ -170,8 +185,10 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
       // Cross-check: kda_layers and full_attn_layers must partition 1..num_layers.
       std::vector<int> kda = get_int_list(lin, "kda_layers", origin, lw);
       if (static_cast<int>(kda.size() + m.full_layers.size()) != m.num_layers)
-        fail("{}: '{}kda_layers' ({}) and 'full_attn_layers' ({}) do not cover num_hidden_layers ({})",
-             origin, lw, kda.size(), m.full_layers.size(), m.num_layers);
+        fail(
+            "{}: '{}kda_layers' ({}) and 'full_attn_layers' ({}) do not cover num_hidden_layers "
+            "({})",
+            origin, lw, kda.size(), m.full_layers.size(), m.num_layers);
     }
   } else {
     fail("{}: unknown model_type '{}' (supported: qwen3_next, qwen3_5*, kimi_linear)", origin,
@@ -208,7 +225,8 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
     positive(m.full_attention.head_dim, "full_attention.head_dim");
     const int kv = m.full_attention.num_kv_heads;
     if (kv >= m.tp ? kv % m.tp != 0 : m.tp % kv != 0)
-      fail("{}: TP {} and {} KV heads can be neither split nor replicated evenly", origin, m.tp, kv);
+      fail("{}: TP {} and {} KV heads can be neither split nor replicated evenly", origin, m.tp,
+           kv);
   }
 }
 
@@ -220,8 +238,10 @@ ModelConfig parse_model_config(const json& j, const std::string& origin, int tp)
   } else if (j.contains("model_type") || j.contains("text_config")) {
     m = parse_hf_config(j, origin);
   } else {
-    fail("{}: neither a statecheck model config (field 'family') nor a Hugging Face config.json "
-         "(field 'model_type')", origin);
+    fail(
+        "{}: neither a statecheck model config (field 'family') nor a Hugging Face config.json "
+        "(field 'model_type')",
+        origin);
   }
   m.tp = tp > 0 ? tp : m.default_tp;
   validate_model(m, origin);
@@ -241,14 +261,15 @@ std::vector<std::string> shipped_model_names() {
 
 ModelConfig load_model(const std::string& name_or_path, int tp) {
   fs::path path(name_or_path);
-  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
-                               path.extension() == ".json";
+  const bool looks_like_path =
+      name_or_path.find('/') != std::string::npos || path.extension() == ".json";
   if (!looks_like_path) {
     path = fs::path(data_dir()) / "models" / (name_or_path + ".json");
     if (!fs::exists(path)) {
       std::string known;
       for (const auto& n : shipped_model_names()) known += (known.empty() ? "" : ", ") + n;
-      fail("unknown model '{}' (shipped: {}; or give a path to a config .json)", name_or_path, known);
+      fail("unknown model '{}' (shipped: {}; or give a path to a config .json)", name_or_path,
+           known);
     }
   }
   std::ifstream in(path);

@@ -37,20 +37,20 @@ struct ModelConfig {
   std::string name;    // e.g. "qwen3.5-35b-a3b"
   std::string source;  // where the values come from (URL of the public config.json)
   GateKind gate = GateKind::gdn;
-  int num_layers = 0;               // all decoder layers
-  std::vector<int> linear_layers;   // 0-based indices of gated-delta layers
-  std::vector<int> full_layers;     // 0-based indices of full-attention layers
-  int num_key_heads = 0;            // H (whole model, before TP)
-  int num_value_heads = 0;          // HV (whole model, before TP); HV % H == 0
-  int head_k_dim = 0;               // d_k
-  int head_v_dim = 0;               // d_v
-  int conv_width = 4;               // W
+  int num_layers = 0;              // all decoder layers
+  std::vector<int> linear_layers;  // 0-based indices of gated-delta layers
+  std::vector<int> full_layers;    // 0-based indices of full-attention layers
+  int num_key_heads = 0;           // H (whole model, before TP)
+  int num_value_heads = 0;         // HV (whole model, before TP); HV % H == 0
+  int head_k_dim = 0;              // d_k
+  int head_v_dim = 0;              // d_v
+  int conv_width = 4;              // W
   ConvLayout conv_layout = ConvLayout::channels_first;
   FullAttentionSpec full_attention;
-  double params_billion = 0.0;      // total parameters, for the weights estimate of the budget
+  double params_billion = 0.0;        // total parameters, for the weights estimate of the budget
   std::string ssm_dtype = "float32";  // the engine's default temporal-state dtype for this model
-  int tp = 1;                       // tensor-parallel degree this config is sharded for
-  int default_tp = 1;               // TP used when the command line gives none ("default_tp")
+  int tp = 1;                         // tensor-parallel degree this config is sharded for
+  int default_tp = 1;                 // TP used when the command line gives none ("default_tp")
 
   int linear_layer_count() const { return static_cast<int>(linear_layers.size()); }
   int full_layer_count() const { return static_cast<int>(full_layers.size()); }

@@ -42,13 +42,16 @@ LayerInputs LayerInputs::zeros(const RecurrenceShape& s, int T) {
 void LayerInputs::check(const RecurrenceShape& s) const {
   auto expect = [&](const std::vector<float>& a, size_t n, const char* name, const char* layout) {
     if (a.size() != n)
-      fail("layer inputs: '{}' has {} values, expected {} ({} with T={})", name, a.size(), n, layout, T);
+      fail("layer inputs: '{}' has {} values, expected {} ({} with T={})", name, a.size(), n,
+           layout, T);
   };
-  if (s.H <= 0 || s.HV % s.H != 0) fail("recurrence shape: HV ({}) must be a multiple of H ({})", s.HV, s.H);
+  if (s.H <= 0 || s.HV % s.H != 0)
+    fail("recurrence shape: HV ({}) must be a multiple of H ({})", s.HV, s.H);
   expect(q, static_cast<size_t>(T) * s.H * s.dk, "q", "[T, H, d_k]");
   expect(k, static_cast<size_t>(T) * s.H * s.dk, "k", "[T, H, d_k]");
   expect(v, static_cast<size_t>(T) * s.HV * s.dv, "v", "[T, HV, d_v]");
-  expect(g, static_cast<size_t>(T) * s.gate_width(), "g", s.gate == GateKind::gdn ? "[T, HV]" : "[T, HV, d_k]");
+  expect(g, static_cast<size_t>(T) * s.gate_width(), "g",
+         s.gate == GateKind::gdn ? "[T, HV]" : "[T, HV, d_k]");
   expect(beta, static_cast<size_t>(T) * s.HV, "beta", "[T, HV]");
 }
 
@@ -76,9 +79,10 @@ void gated_delta_head_fp64(const RecurrenceShape& s, const LayerInputs& in, int 
     for (int j = 0; j < dk; ++j) {
       q[j] = qt[j] / qn * scale;
       k[j] = kt[j] / kn;
-      decay[j] = s.gate == GateKind::gdn
-                     ? std::exp(static_cast<double>(in.g[static_cast<size_t>(t) * s.HV + h]))
-                     : std::exp(static_cast<double>(in.g[(static_cast<size_t>(t) * s.HV + h) * dk + j]));
+      decay[j] =
+          s.gate == GateKind::gdn
+              ? std::exp(static_cast<double>(in.g[static_cast<size_t>(t) * s.HV + h]))
+              : std::exp(static_cast<double>(in.g[(static_cast<size_t>(t) * s.HV + h) * dk + j]));
     }
     for (int i = 0; i < dv; ++i) {
       double* row = S + static_cast<size_t>(i) * dk;
@@ -133,8 +137,10 @@ void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int 
     // readout. Same operation order as the spec's four lines, element by element.
     for (int i = 0; i < dv; ++i) {
       auto row = S.row(i);
-      if (scalar_gate) row *= a;
-      else row.array() *= decay.array();
+      if (scalar_gate)
+        row *= a;
+      else
+        row.array() *= decay.array();
       const float u = row.dot(k);
       const float w = beta * (vt[i] - u);
       row += w * k;
@@ -156,7 +162,8 @@ void gated_delta_layer_fp32(const RecurrenceShape& s, const LayerInputs& in, int
     if (o) {
       for (int t = 0; t < t1 - t0; ++t)
         for (int i = 0; i < s.dv; ++i)
-          o[(static_cast<size_t>(t) * s.HV + h) * s.dv + i] = o_head[static_cast<size_t>(t) * s.dv + i];
+          o[(static_cast<size_t>(t) * s.HV + h) * s.dv + i] =
+              o_head[static_cast<size_t>(t) * s.dv + i];
     }
   }
 }
@@ -170,7 +177,8 @@ void gated_delta_layer_fp64(const RecurrenceShape& s, const LayerInputs& in, int
     if (o) {
       for (int t = 0; t < t1 - t0; ++t)
         for (int i = 0; i < s.dv; ++i)
-          o[(static_cast<size_t>(t) * s.HV + h) * s.dv + i] = o_head[static_cast<size_t>(t) * s.dv + i];
+          o[(static_cast<size_t>(t) * s.HV + h) * s.dv + i] =
+              o_head[static_cast<size_t>(t) * s.dv + i];
     }
   }
 }

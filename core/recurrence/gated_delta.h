@@ -78,6 +78,8 @@ void gated_delta_layer_fp64(const RecurrenceShape& shape, const LayerInputs& in,
 
 // Flops the experiments count per value head and token: 6 * d_k * d_v (decay, S k, rank-1 update,
 // readout: about three multiply-adds per state element).
-inline double gated_delta_flops_per_head_token(int dk, int dv) { return 6.0 * dk * dv; }
+inline double gated_delta_flops_per_head_token(int dk, int dv) {
+  return 6.0 * dk * dv;
+}
 
 }  // namespace statecheck

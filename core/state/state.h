@@ -40,7 +40,9 @@ struct MultiLayerState {
   float* head(int layer, int h) { return data.data() + offset(layer, h); }
   const float* head(int layer, int h) const { return data.data() + offset(layer, h); }
   float* layer(int l) { return data.data() + static_cast<size_t>(l) * shape.layer_size(); }
-  const float* layer(int l) const { return data.data() + static_cast<size_t>(l) * shape.layer_size(); }
+  const float* layer(int l) const {
+    return data.data() + static_cast<size_t>(l) * shape.layer_size();
+  }
 
  private:
   size_t offset(int layer, int h) const {

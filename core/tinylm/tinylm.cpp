@@ -54,8 +54,7 @@ std::string shape_str(const std::vector<size_t>& s) {
 
 class WeightReader {
  public:
-  explicit WeightReader(std::string path)
-      : path_(std::move(path)) {
+  explicit WeightReader(std::string path) : path_(std::move(path)) {
     for (auto& n : safetensors_tensor_names(path_)) names_.insert(std::move(n));
   }
 

@@ -11,7 +11,8 @@ namespace statecheck {
 
 class Progress {
  public:
-  Progress(std::string label, long total) : label_(std::move(label)), total_(total), start_(clock::now()), last_(start_) {}
+  Progress(std::string label, long total)
+      : label_(std::move(label)), total_(total), start_(clock::now()), last_(start_) {}
 
   // Adds n finished items; prints "label: done/total (elapsed s)" at most every 2 s.
   void tick(long n = 1) {
@@ -28,7 +29,9 @@ class Progress {
 
  private:
   using clock = std::chrono::steady_clock;
-  double seconds(clock::time_point now) const { return std::chrono::duration<double>(now - start_).count(); }
+  double seconds(clock::time_point now) const {
+    return std::chrono::duration<double>(now - start_).count();
+  }
   std::string label_;
   long total_;
   std::atomic<long> done_{0};

@@ -12,18 +12,23 @@ namespace statecheck::cuda {
 
 namespace {
 
-constexpr int kWarps = 16;               // 512 threads per block
+constexpr int kWarps = 16;                   // 512 threads per block
 constexpr int kConvChunk = kWarps * 32 * 8;  // bf16 conv values per conv block (8 per thread)
 
 enum class Kind { fp32, bf16, int8, fp8, fp8_raw };
 
 Kind kind_of(const Codec& c) {
   switch (c.kind) {
-    case CodecKind::fp32: return Kind::fp32;
-    case CodecKind::bf16: return Kind::bf16;
-    case CodecKind::int8: return Kind::int8;
-    case CodecKind::fp8_e4m3: return Kind::fp8;
-    case CodecKind::fp8_e4m3_raw: return Kind::fp8_raw;
+    case CodecKind::fp32:
+      return Kind::fp32;
+    case CodecKind::bf16:
+      return Kind::bf16;
+    case CodecKind::int8:
+      return Kind::int8;
+    case CodecKind::fp8_e4m3:
+      return Kind::fp8;
+    case CodecKind::fp8_e4m3_raw:
+      return Kind::fp8_raw;
   }
   return Kind::fp32;
 }
@@ -31,16 +36,24 @@ Kind kind_of(const Codec& c) {
 template <typename T>
 __device__ __forceinline__ float to_float(T x);
 template <>
-__device__ __forceinline__ float to_float<float>(float x) { return x; }
+__device__ __forceinline__ float to_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 __device__ __forceinline__ uint8_t fp8_encode(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
@@ -87,15 +100,25 @@ __device__ __forceinline__ float fp8_decode(uint8_t c) {
 template <Kind K>
 struct CkptValue;
 template <>
-struct CkptValue<Kind::fp32> { using T = float; };
+struct CkptValue<Kind::fp32> {
+  using T = float;
+};
 template <>
-struct CkptValue<Kind::bf16> { using T = __nv_bfloat16; };
+struct CkptValue<Kind::bf16> {
+  using T = __nv_bfloat16;
+};
 template <>
-struct CkptValue<Kind::int8> { using T = int8_t; };
+struct CkptValue<Kind::int8> {
+  using T = int8_t;
+};
 template <>
-struct CkptValue<Kind::fp8> { using T = uint8_t; };
+struct CkptValue<Kind::fp8> {
+  using T = uint8_t;
+};
 template <>
-struct CkptValue<Kind::fp8_raw> { using T = uint8_t; };
+struct CkptValue<Kind::fp8_raw> {
+  using T = uint8_t;
+};
 
 struct Job {
   int pair, layer, part;  // part < HV: a head; else a conv chunk
@@ -116,7 +139,9 @@ __device__ __forceinline__ Job decode_job(int HV, int conv_blocks, int L) {
 __device__ void copy_conv_chunk(const uint16_t* src, uint16_t* dst, int64_t conv_elems, int chunk) {
   const int64_t begin = static_cast<int64_t>(chunk) * kConvChunk;
   const int64_t end = begin + kConvChunk < conv_elems ? begin + kConvChunk : conv_elems;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(src + begin) | reinterpret_cast<uintptr_t>(dst + begin)) & 15) == 0;
+  const bool aligned =
+      ((reinterpret_cast<uintptr_t>(src + begin) | reinterpret_cast<uintptr_t>(dst + begin)) &
+       15) == 0;
   if (aligned) {
     const int64_t vec_end = begin + ((end - begin) / 8) * 8;
     for (int64_t e = begin + threadIdx.x * 8; e < vec_end; e += blockDim.x * 8)
@@ -148,9 +173,10 @@ struct CodecParams {
 // layer's conv window from the source slot to the destination slot, unchanged.
 __device__ void conv_job(const CodecParams& p, const Job& job, int src_slot, int dst_slot) {
   if (p.conv_elems <= 0) return;
-  copy_conv_chunk(p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
-                  p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
-                  p.conv_elems, job.part - p.HV);
+  copy_conv_chunk(
+      p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
+      p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
+      p.conv_elems, job.part - p.HV);
 }
 
 // Store: one block per (pair, layer, head) encodes a [d_v, d_k] head; extra blocks copy conv.
@@ -172,8 +198,9 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
   if (job.part >= p.HV) return conv_job(p, job, src_slot, dst_slot);
   const int h = job.part;
   const size_t head = static_cast<size_t>(p.dv) * p.dk;
-  const ActiveT* src = reinterpret_cast<const ActiveT*>(p.src_temporal) +
-                       ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head;
+  const ActiveT* src =
+      reinterpret_cast<const ActiveT*>(p.src_temporal) +
+      ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head;
   ValueT* dst = reinterpret_cast<ValueT*>(p.dst_temporal) +
                 ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -301,9 +328,10 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
                       ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head;
   ActiveT* dst = reinterpret_cast<ActiveT*>(p.dst_temporal) +
                  ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head;
-  const ScaleT* scales = kScaled ? reinterpret_cast<const ScaleT*>(p.src_scales) +
-                                       ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * p.dk
-                                 : nullptr;
+  const ScaleT* scales =
+      kScaled ? reinterpret_cast<const ScaleT*>(p.src_scales) +
+                    ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * p.dk
+              : nullptr;
   const bool vec4 = p.dk % 4 == 0;
   const size_t step = static_cast<size_t>(blockDim.x) * (vec4 ? 4 : 1);
   for (size_t e0 = static_cast<size_t>(threadIdx.x) * (vec4 ? 4 : 1); e0 < head; e0 += step) {
@@ -362,119 +390,163 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   }
 }
 
-int conv_blocks_for(int64_t conv_elems) { return static_cast<int>((conv_elems + kConvChunk - 1) / kConvChunk); }
+int conv_blocks_for(int64_t conv_elems) {
+  return static_cast<int>((conv_elems + kConvChunk - 1) / kConvChunk);
+}
 
-CodecParams make_params(const PoolGeometry& g, const StatePoolView& src, const StatePoolView& dst, const int32_t* src_ids,
-                        const int32_t* dst_ids, int32_t* error_info) {
+CodecParams make_params(const PoolGeometry& g, const StatePoolView& src, const StatePoolView& dst,
+                        const int32_t* src_ids, const int32_t* dst_ids, int32_t* error_info) {
   CodecParams p;
   p.L = g.L, p.HV = g.HV, p.dv = g.dv, p.dk = g.dk;
   p.conv_elems = (src.conv && dst.conv) ? g.conv_elems : 0;
   p.conv_blocks = conv_blocks_for(p.conv_elems);
-  p.src_temporal = src.temporal, p.src_scales = src.scales, p.src_conv = src.conv, p.src_slots = src.slots_total;
-  p.dst_temporal = dst.temporal, p.dst_scales = dst.scales, p.dst_conv = dst.conv, p.dst_slots = dst.slots_total;
+  p.src_temporal = src.temporal, p.src_scales = src.scales, p.src_conv = src.conv,
+  p.src_slots = src.slots_total;
+  p.dst_temporal = dst.temporal, p.dst_scales = dst.scales, p.dst_conv = dst.conv,
+  p.dst_slots = dst.slots_total;
   p.src_ids = src_ids, p.dst_ids = dst_ids;
   p.error_info = error_info;
   return p;
 }
 
-void check_geometry(const PoolGeometry& g, const Codec& c, const StatePoolView& ckpt, const char* what) {
+void check_geometry(const PoolGeometry& g, const Codec& c, const StatePoolView& ckpt,
+                    const char* what) {
   if (g.L <= 0 || g.HV <= 0 || g.dv <= 0 || g.dk <= 0)
-    fail("{}: pool geometry must be positive (L {}, HV {}, d_v {}, d_k {})", what, g.L, g.HV, g.dv, g.dk);
-  if (g.dk > 256 || g.dv > 256) fail("{}: d_k and d_v up to 256 are supported (got {}, {})", what, g.dk, g.dv);
-  if (c.has_scales() && !ckpt.scales) fail("{}: codec {} needs a scales buffer in the checkpoint pool", what, c.kind_name());
+    fail("{}: pool geometry must be positive (L {}, HV {}, d_v {}, d_k {})", what, g.L, g.HV, g.dv,
+         g.dk);
+  if (g.dk > 256 || g.dv > 256)
+    fail("{}: d_k and d_v up to 256 are supported (got {}, {})", what, g.dk, g.dv);
+  if (c.has_scales() && !ckpt.scales)
+    fail("{}: codec {} needs a scales buffer in the checkpoint pool", what, c.kind_name());
 }
 
 template <typename ActiveT, Kind K, typename ScaleT, int VEC, int NCHUNK>
 void launch_store_rows(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
-  if (g.dv <= 8 * kWarps) store_kernel<ActiveT, K, ScaleT, VEC, NCHUNK, 8><<<grid, kWarps * 32, 0, stream>>>(p);
-  else store_kernel<ActiveT, K, ScaleT, VEC, NCHUNK, 16><<<grid, kWarps * 32, 0, stream>>>(p);
+  if (g.dv <= 8 * kWarps)
+    store_kernel<ActiveT, K, ScaleT, VEC, NCHUNK, 8><<<grid, kWarps * 32, 0, stream>>>(p);
+  else
+    store_kernel<ActiveT, K, ScaleT, VEC, NCHUNK, 16><<<grid, kWarps * 32, 0, stream>>>(p);
 }
 
 template <typename ActiveT, Kind K, typename ScaleT>
 void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
-  if (g.dk % 4 == 0 && g.dk <= 128) launch_store_rows<ActiveT, K, ScaleT, 4, 1>(g, p, n, stream);
-  else if (g.dk % 4 == 0) launch_store_rows<ActiveT, K, ScaleT, 4, 2>(g, p, n, stream);
-  else if (g.dk <= 128) launch_store_rows<ActiveT, K, ScaleT, 1, 4>(g, p, n, stream);
-  else launch_store_rows<ActiveT, K, ScaleT, 1, 8>(g, p, n, stream);
+  if (g.dk % 4 == 0 && g.dk <= 128)
+    launch_store_rows<ActiveT, K, ScaleT, 4, 1>(g, p, n, stream);
+  else if (g.dk % 4 == 0)
+    launch_store_rows<ActiveT, K, ScaleT, 4, 2>(g, p, n, stream);
+  else if (g.dk <= 128)
+    launch_store_rows<ActiveT, K, ScaleT, 1, 4>(g, p, n, stream);
+  else
+    launch_store_rows<ActiveT, K, ScaleT, 1, 8>(g, p, n, stream);
 }
 
 template <typename ActiveT, Kind K>
-void dispatch_store_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n, cudaStream_t s) {
-  if (c.scale_dtype == ScaleDtype::bf16) launch_store<ActiveT, K, __nv_bfloat16>(g, p, n, s);
-  else launch_store<ActiveT, K, float>(g, p, n, s);
+void dispatch_store_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
+                          cudaStream_t s) {
+  if (c.scale_dtype == ScaleDtype::bf16)
+    launch_store<ActiveT, K, __nv_bfloat16>(g, p, n, s);
+  else
+    launch_store<ActiveT, K, float>(g, p, n, s);
 }
 
 template <typename ActiveT>
-void dispatch_store(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n, cudaStream_t s) {
+void dispatch_store(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
+                    cudaStream_t s) {
   switch (kind_of(c)) {
-    case Kind::fp32: return launch_store<ActiveT, Kind::fp32, float>(g, p, n, s);
-    case Kind::bf16: return launch_store<ActiveT, Kind::bf16, float>(g, p, n, s);
-    case Kind::int8: return dispatch_store_scale<ActiveT, Kind::int8>(g, p, c, n, s);
-    case Kind::fp8: return dispatch_store_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
-    case Kind::fp8_raw: return launch_store<ActiveT, Kind::fp8_raw, float>(g, p, n, s);
+    case Kind::fp32:
+      return launch_store<ActiveT, Kind::fp32, float>(g, p, n, s);
+    case Kind::bf16:
+      return launch_store<ActiveT, Kind::bf16, float>(g, p, n, s);
+    case Kind::int8:
+      return dispatch_store_scale<ActiveT, Kind::int8>(g, p, c, n, s);
+    case Kind::fp8:
+      return dispatch_store_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
+    case Kind::fp8_raw:
+      return launch_store<ActiveT, Kind::fp8_raw, float>(g, p, n, s);
   }
 }
 
 template <typename ActiveT, Kind K>
-void dispatch_load_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n, cudaStream_t s) {
+void dispatch_load_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
+                         cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
-  if (c.scale_dtype == ScaleDtype::bf16) load_kernel<ActiveT, K, __nv_bfloat16><<<grid, kWarps * 32, 0, s>>>(p);
-  else load_kernel<ActiveT, K, float><<<grid, kWarps * 32, 0, s>>>(p);
+  if (c.scale_dtype == ScaleDtype::bf16)
+    load_kernel<ActiveT, K, __nv_bfloat16><<<grid, kWarps * 32, 0, s>>>(p);
+  else
+    load_kernel<ActiveT, K, float><<<grid, kWarps * 32, 0, s>>>(p);
 }
 
 template <typename ActiveT>
-void dispatch_load(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n, cudaStream_t s) {
+void dispatch_load(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
+                   cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
   switch (kind_of(c)) {
-    case Kind::fp32: load_kernel<ActiveT, Kind::fp32, float><<<grid, kWarps * 32, 0, s>>>(p); return;
-    case Kind::bf16: load_kernel<ActiveT, Kind::bf16, float><<<grid, kWarps * 32, 0, s>>>(p); return;
-    case Kind::int8: return dispatch_load_scale<ActiveT, Kind::int8>(g, p, c, n, s);
-    case Kind::fp8: return dispatch_load_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
-    case Kind::fp8_raw: load_kernel<ActiveT, Kind::fp8_raw, float><<<grid, kWarps * 32, 0, s>>>(p); return;
+    case Kind::fp32:
+      load_kernel<ActiveT, Kind::fp32, float><<<grid, kWarps * 32, 0, s>>>(p);
+      return;
+    case Kind::bf16:
+      load_kernel<ActiveT, Kind::bf16, float><<<grid, kWarps * 32, 0, s>>>(p);
+      return;
+    case Kind::int8:
+      return dispatch_load_scale<ActiveT, Kind::int8>(g, p, c, n, s);
+    case Kind::fp8:
+      return dispatch_load_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
+    case Kind::fp8_raw:
+      load_kernel<ActiveT, Kind::fp8_raw, float><<<grid, kWarps * 32, 0, s>>>(p);
+      return;
   }
 }
 
 }  // namespace
 
-void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, PoolDtype active_dtype, const StatePoolView& ckpt,
-                      const Codec& codec, const int32_t* active_slots, const int32_t* ckpt_slots, int n,
-                      int32_t* error_info, cudaStream_t stream) {
+void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, PoolDtype active_dtype,
+                      const StatePoolView& ckpt, const Codec& codec, const int32_t* active_slots,
+                      const int32_t* ckpt_slots, int n, int32_t* error_info, cudaStream_t stream) {
   check_geometry(g, codec, ckpt, "checkpoint_store");
   if (n <= 0) return;
   if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
     fail("checkpoint_store: a required device pointer is null");
   const CodecParams p = make_params(g, active, ckpt, active_slots, ckpt_slots, error_info);
-  if (active_dtype == PoolDtype::fp32) dispatch_store<float>(g, p, codec, n, stream);
-  else dispatch_store<__nv_bfloat16>(g, p, codec, n, stream);
+  if (active_dtype == PoolDtype::fp32)
+    dispatch_store<float>(g, p, codec, n, stream);
+  else
+    dispatch_store<__nv_bfloat16>(g, p, codec, n, stream);
   STATECHECK_CUDA_CHECK_LAUNCH("store_kernel");
 }
 
-void checkpoint_load(const PoolGeometry& g, const StatePoolView& ckpt, const Codec& codec, const StatePoolView& active,
-                     PoolDtype active_dtype, const int32_t* ckpt_slots, const int32_t* active_slots, int n,
-                     cudaStream_t stream) {
+void checkpoint_load(const PoolGeometry& g, const StatePoolView& ckpt, const Codec& codec,
+                     const StatePoolView& active, PoolDtype active_dtype, const int32_t* ckpt_slots,
+                     const int32_t* active_slots, int n, cudaStream_t stream) {
   check_geometry(g, codec, ckpt, "checkpoint_load");
   if (n <= 0) return;
   if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
     fail("checkpoint_load: a required device pointer is null");
   const CodecParams p = make_params(g, ckpt, active, ckpt_slots, active_slots, nullptr);
-  if (active_dtype == PoolDtype::fp32) dispatch_load<float>(g, p, codec, n, stream);
-  else dispatch_load<__nv_bfloat16>(g, p, codec, n, stream);
+  if (active_dtype == PoolDtype::fp32)
+    dispatch_load<float>(g, p, codec, n, stream);
+  else
+    dispatch_load<__nv_bfloat16>(g, p, codec, n, stream);
   STATECHECK_CUDA_CHECK_LAUNCH("load_kernel");
 }
 
 void check_store_error(int32_t* error_info, const PoolGeometry& g, cudaStream_t stream) {
   if (!error_info) return;
   int32_t host[4] = {0, 0, 0, 0};
-  STATECHECK_CUDA_CHECK(cudaMemcpyAsync(host, error_info, sizeof host, cudaMemcpyDeviceToHost, stream));
+  STATECHECK_CUDA_CHECK(
+      cudaMemcpyAsync(host, error_info, sizeof host, cudaMemcpyDeviceToHost, stream));
   STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (host[0] == 0) return;
   STATECHECK_CUDA_CHECK(cudaMemsetAsync(error_info, 0, sizeof host, stream));
-  fail("non-finite state value at layer {}, head {}, index [{}, {}] (d_v row, d_k column): the checkpoint "
-       "store refused it", host[1], host[2], host[3] / g.dk, host[3] % g.dk);
+  fail(
+      "non-finite state value at layer {}, head {}, index [{}, {}] (d_v row, d_k column): the "
+      "checkpoint "
+      "store refused it",
+      host[1], host[2], host[3] / g.dk, host[3] % g.dk);
 }
 
-double checkpoint_store_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c, int n) {
+double checkpoint_store_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c,
+                              int n) {
   const double elems = static_cast<double>(n) * g.L * g.HV * g.dv * g.dk;
   const double scales = static_cast<double>(n) * g.L * g.HV * g.dk * c.scale_bytes();
   const double conv = 2.0 * 2.0 * static_cast<double>(n) * g.L * g.conv_elems;

@@ -56,7 +56,9 @@ void checkpoint_load(const PoolGeometry& geo, const StatePoolView& ckpt, const C
 void check_store_error(int32_t* error_info, const PoolGeometry& geo, cudaStream_t stream = nullptr);
 
 // Byte models (bytes read + written by one launch for n slots).
-double checkpoint_store_bytes(const PoolGeometry& geo, PoolDtype active_dtype, const Codec& codec, int n);
-double checkpoint_load_bytes(const PoolGeometry& geo, PoolDtype active_dtype, const Codec& codec, int n);
+double checkpoint_store_bytes(const PoolGeometry& geo, PoolDtype active_dtype, const Codec& codec,
+                              int n);
+double checkpoint_load_bytes(const PoolGeometry& geo, PoolDtype active_dtype, const Codec& codec,
+                             int n);
 
 }  // namespace statecheck::cuda

@@ -36,7 +36,8 @@ double measure_read_gbps(GpuTimer& timer, size_t bytes, int repeats) {
   const size_t n = bytes / 16;
   const TimingStats t = timer.time(
       [&](cudaStream_t s) {
-        read_stream_kernel<<<stream_blocks(), 256, 0, s>>>(reinterpret_cast<const float4*>(buf.data()), n, sink.data());
+        read_stream_kernel<<<stream_blocks(), 256, 0, s>>>(
+            reinterpret_cast<const float4*>(buf.data()), n, sink.data());
       },
       repeats);
   return static_cast<double>(n * 16) / (t.median_ms * 1e-3) / 1e9;
@@ -46,7 +47,10 @@ double measure_write_gbps(GpuTimer& timer, size_t bytes, int repeats) {
   DeviceBuffer<uint8_t> buf(bytes);
   const size_t n = bytes / 16;
   const TimingStats t = timer.time(
-      [&](cudaStream_t s) { write_stream_kernel<<<stream_blocks(), 256, 0, s>>>(reinterpret_cast<float4*>(buf.data()), n); },
+      [&](cudaStream_t s) {
+        write_stream_kernel<<<stream_blocks(), 256, 0, s>>>(reinterpret_cast<float4*>(buf.data()),
+                                                            n);
+      },
       repeats);
   return static_cast<double>(n * 16) / (t.median_ms * 1e-3) / 1e9;
 }

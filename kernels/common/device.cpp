@@ -25,9 +25,10 @@ std::string device_description() {
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  return fmt::format("{}, sm_{}{}, {} SMs, {:.1f} GiB, L2 {} MiB, driver {}.{}, runtime {}.{}", p.name, p.major,
-                     p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, p.l2CacheSize >> 20,
-                     driver / 1000, (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
+  return fmt::format("{}, sm_{}{}, {} SMs, {:.1f} GiB, L2 {} MiB, driver {}.{}, runtime {}.{}",
+                     p.name, p.major, p.minor, p.multiProcessorCount,
+                     p.totalGlobalMem / 1073741824.0, p.l2CacheSize >> 20, driver / 1000,
+                     (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
 }
 
 }  // namespace statecheck::cuda

@@ -16,7 +16,8 @@ GpuTimer::~GpuTimer() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-TimingStats GpuTimer::time(const std::function<void(cudaStream_t)>& launch, int repeats, bool use_graph) {
+TimingStats GpuTimer::time(const std::function<void(cudaStream_t)>& launch, int repeats,
+                           bool use_graph) {
   cudaGraphExec_t exec = nullptr;
   cudaGraph_t graph = nullptr;
   if (use_graph) {
@@ -26,8 +27,10 @@ TimingStats GpuTimer::time(const std::function<void(cudaStream_t)>& launch, int 
     STATECHECK_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   }
   auto run = [&] {
-    if (use_graph) STATECHECK_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-    else launch(stream_);
+    if (use_graph)
+      STATECHECK_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    else
+      launch(stream_);
   };
   run();  // warm-up
   STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -57,7 +60,10 @@ double measure_copy_gbps(GpuTimer& timer, size_t bytes, int repeats) {
   DeviceBuffer<uint8_t> a(bytes), b(bytes);
   STATECHECK_CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
   const TimingStats t = timer.time(
-      [&](cudaStream_t s) { STATECHECK_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s)); },
+      [&](cudaStream_t s) {
+        STATECHECK_CUDA_CHECK(
+            cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s));
+      },
       repeats, false);
   return 2.0 * static_cast<double>(bytes) / (t.median_ms * 1e-3) / 1e9;
 }

@@ -32,7 +32,8 @@ class GpuTimer {
   // Times `launch` (which enqueues work on the given stream): one warm-up, then `repeats` timed
   // runs, each after an L2 flush. With use_graph the launch is captured once into a CUDA graph
   // and each repeat replays it. Throws statecheck::Error on any CUDA failure.
-  TimingStats time(const std::function<void(cudaStream_t)>& launch, int repeats, bool use_graph = true);
+  TimingStats time(const std::function<void(cudaStream_t)>& launch, int repeats,
+                   bool use_graph = true);
 
  private:
   cudaStream_t stream_ = nullptr;

@@ -11,8 +11,8 @@ namespace statecheck::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;         // warps per block
-constexpr int kRowsPerWarp = 8;   // state rows (value channels) each warp keeps in registers
+constexpr int kWarps = 4;        // warps per block
+constexpr int kRowsPerWarp = 8;  // state rows (value channels) each warp keeps in registers
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 
 struct Params {
@@ -177,7 +177,8 @@ __device__ __forceinline__ float row_sum(float x) {
 // interleave). A block covers 4 warps x 4 RPL rows. Semantics as gated_delta_pool_kernel; with
 // PREFETCH the inputs of token t + 1 are loaded while token t is computed.
 template <int NCH, bool KDA, typename StateT, bool PREFETCH, int RPL>
-__global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4) gated_delta_pool_rows8_kernel(Params p) {
+__global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4)
+    gated_delta_pool_rows8_kernel(Params p) {
   constexpr int NCOL = NCH * 4;
   const int seq = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -300,7 +301,8 @@ __global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4) ga
   for (int i = 0; i < RPL; ++i)
     if (row_ok[i])
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) store_vec<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
+      for (int c = 0; c < NCH; ++c)
+        store_vec<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
 }
 
 template <int NCH, bool PREFETCH, int RPL>
@@ -310,10 +312,16 @@ void launch_rows8_variant(const GatedDeltaPoolArgs& a, const Params& p, cudaStre
   const dim3 block(kWarps * 32);
   const bool kda = a.gate == GateKind::kda;
   const bool f32 = a.state_dtype == PoolDtype::fp32;
-  if (kda && f32) gated_delta_pool_rows8_kernel<NCH, true, float, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
-  else if (kda) gated_delta_pool_rows8_kernel<NCH, true, __nv_bfloat16, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
-  else if (f32) gated_delta_pool_rows8_kernel<NCH, false, float, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
-  else gated_delta_pool_rows8_kernel<NCH, false, __nv_bfloat16, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
+  if (kda && f32)
+    gated_delta_pool_rows8_kernel<NCH, true, float, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
+  else if (kda)
+    gated_delta_pool_rows8_kernel<NCH, true, __nv_bfloat16, PREFETCH, RPL>
+        <<<grid, block, 0, stream>>>(p);
+  else if (f32)
+    gated_delta_pool_rows8_kernel<NCH, false, float, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
+  else
+    gated_delta_pool_rows8_kernel<NCH, false, __nv_bfloat16, PREFETCH, RPL>
+        <<<grid, block, 0, stream>>>(p);
 }
 
 // Decode launches (every sequence one token, max_seq_len == 1) take the variant without the
@@ -322,8 +330,10 @@ void launch_rows8_variant(const GatedDeltaPoolArgs& a, const Params& p, cudaStre
 template <int NCH>
 void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
   if (a.max_seq_len == 1) {
-    if constexpr (NCH <= 4) launch_rows8_variant<NCH, false, 4>(a, p, stream);
-    else launch_rows8_variant<NCH, false, 2>(a, p, stream);
+    if constexpr (NCH <= 4)
+      launch_rows8_variant<NCH, false, 4>(a, p, stream);
+    else
+      launch_rows8_variant<NCH, false, 2>(a, p, stream);
   } else {
     launch_rows8_variant<NCH, true, 2>(a, p, stream);
   }
@@ -335,17 +345,22 @@ void launch_shape(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t str
   const dim3 block(kWarps * 32);
   const bool kda = a.gate == GateKind::kda;
   const bool f32 = a.state_dtype == PoolDtype::fp32;
-  if (kda && f32) gated_delta_pool_kernel<VEC, NCHUNK, true, float><<<grid, block, 0, stream>>>(p);
-  else if (kda) gated_delta_pool_kernel<VEC, NCHUNK, true, __nv_bfloat16><<<grid, block, 0, stream>>>(p);
-  else if (f32) gated_delta_pool_kernel<VEC, NCHUNK, false, float><<<grid, block, 0, stream>>>(p);
-  else gated_delta_pool_kernel<VEC, NCHUNK, false, __nv_bfloat16><<<grid, block, 0, stream>>>(p);
+  if (kda && f32)
+    gated_delta_pool_kernel<VEC, NCHUNK, true, float><<<grid, block, 0, stream>>>(p);
+  else if (kda)
+    gated_delta_pool_kernel<VEC, NCHUNK, true, __nv_bfloat16><<<grid, block, 0, stream>>>(p);
+  else if (f32)
+    gated_delta_pool_kernel<VEC, NCHUNK, false, float><<<grid, block, 0, stream>>>(p);
+  else
+    gated_delta_pool_kernel<VEC, NCHUNK, false, __nv_bfloat16><<<grid, block, 0, stream>>>(p);
 }
 
 }  // namespace
 
 void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   if (a.H <= 0 || a.HV <= 0 || a.dk <= 0 || a.dv <= 0)
-    fail("gated_delta_pool: H, HV, d_k, d_v must be positive (got {}, {}, {}, {})", a.H, a.HV, a.dk, a.dv);
+    fail("gated_delta_pool: H, HV, d_k, d_v must be positive (got {}, {}, {}, {})", a.H, a.HV, a.dk,
+         a.dv);
   if (a.HV % a.H != 0) fail("gated_delta_pool: HV ({}) is not a multiple of H ({})", a.HV, a.H);
   if (a.dk > 256) fail("gated_delta_pool: d_k = {} > 256 is not supported", a.dk);
   if (a.num_seqs < 0) fail("gated_delta_pool: num_seqs = {}", a.num_seqs);
@@ -355,7 +370,8 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   Params p;
   p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
   p.qk_l2norm = a.qk_l2norm;
-  p.scale = a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.dk)));
+  p.scale =
+      a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.dk)));
   p.pool = a.state_pool;
   p.slot_ids = a.slot_ids;
   p.cu = a.cu_seqlens;
@@ -365,22 +381,32 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   p.g = a.g;
   p.beta = a.beta;
   p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
-  if (a.dk == 128) launch_rows8<4>(a, p, stream);
-  else if (a.dk == 64) launch_rows8<2>(a, p, stream);
-  else if (a.dk == 256) launch_rows8<8>(a, p, stream);
-  else if (a.dk == 32) launch_rows8<1>(a, p, stream);
-  else if (a.dk % 4 == 0 && a.dk <= 128) launch_shape<4, 1>(a, p, stream);
-  else if (a.dk % 4 == 0) launch_shape<4, 2>(a, p, stream);
-  else if (a.dk <= 128) launch_shape<1, 4>(a, p, stream);
-  else launch_shape<1, 8>(a, p, stream);
+  if (a.dk == 128)
+    launch_rows8<4>(a, p, stream);
+  else if (a.dk == 64)
+    launch_rows8<2>(a, p, stream);
+  else if (a.dk == 256)
+    launch_rows8<8>(a, p, stream);
+  else if (a.dk == 32)
+    launch_rows8<1>(a, p, stream);
+  else if (a.dk % 4 == 0 && a.dk <= 128)
+    launch_shape<4, 1>(a, p, stream);
+  else if (a.dk % 4 == 0)
+    launch_shape<4, 2>(a, p, stream);
+  else if (a.dk <= 128)
+    launch_shape<1, 4>(a, p, stream);
+  else
+    launch_shape<1, 8>(a, p, stream);
   STATECHECK_CUDA_CHECK_LAUNCH("gated_delta_pool_kernel");
 }
 
 double gated_delta_pool_bytes(const GatedDeltaPoolArgs& a, int64_t T) {
-  const double state = 2.0 * a.num_seqs * a.HV * static_cast<double>(a.dv) * a.dk * pool_dtype_bytes(a.state_dtype);
-  const double per_token = 2.0 * (2.0 * a.H * a.dk + a.HV * a.dv) +                      // q, k, v bf16
-                           4.0 * (a.gate == GateKind::gdn ? a.HV : a.HV * a.dk) + 4.0 * a.HV +  // g, beta
-                           (a.o ? 2.0 * a.HV * a.dv : 0.0);                                 // o
+  const double state =
+      2.0 * a.num_seqs * a.HV * static_cast<double>(a.dv) * a.dk * pool_dtype_bytes(a.state_dtype);
+  const double per_token = 2.0 * (2.0 * a.H * a.dk + a.HV * a.dv) +  // q, k, v bf16
+                           4.0 * (a.gate == GateKind::gdn ? a.HV : a.HV * a.dk) +
+                           4.0 * a.HV +                      // g, beta
+                           (a.o ? 2.0 * a.HV * a.dv : 0.0);  // o
   return state + per_token * static_cast<double>(T) + 4.0 * (2 * a.num_seqs + 1);
 }
 

@@ -34,8 +34,12 @@ namespace statecheck::cuda {
 
 enum class PoolDtype { fp32, bf16 };
 
-inline size_t pool_dtype_bytes(PoolDtype d) { return d == PoolDtype::fp32 ? 4 : 2; }
-inline const char* pool_dtype_name(PoolDtype d) { return d == PoolDtype::fp32 ? "fp32" : "bf16"; }
+inline size_t pool_dtype_bytes(PoolDtype d) {
+  return d == PoolDtype::fp32 ? 4 : 2;
+}
+inline const char* pool_dtype_name(PoolDtype d) {
+  return d == PoolDtype::fp32 ? "fp32" : "bf16";
+}
 
 struct GatedDeltaPoolArgs {
   int num_seqs = 0;

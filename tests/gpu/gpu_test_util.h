@@ -2,8 +2,8 @@
 // (a sentinel region after every buffer catches out-of-bounds writes), host-side helpers.
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -28,22 +28,27 @@ template <typename T>
 class Guarded {
  public:
   static constexpr size_t kGuard = 4096;
-  explicit Guarded(const std::vector<T>& host) : n_(host.size()), buf_(host.size() * sizeof(T) + kGuard) {
+  explicit Guarded(const std::vector<T>& host)
+      : n_(host.size()), buf_(host.size() * sizeof(T) + kGuard) {
     char* base = reinterpret_cast<char*>(buf_.data());
-    if (n_) STATECHECK_CUDA_CHECK(cudaMemcpy(base, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    if (n_)
+      STATECHECK_CUDA_CHECK(cudaMemcpy(base, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
     STATECHECK_CUDA_CHECK(cudaMemset(base + n_ * sizeof(T), 0xA5, kGuard));
   }
   T* data() { return reinterpret_cast<T*>(buf_.data()); }
   std::vector<T> download() const {
     std::vector<T> out(n_);
-    if (n_) STATECHECK_CUDA_CHECK(cudaMemcpy(out.data(), buf_.data(), n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    if (n_)
+      STATECHECK_CUDA_CHECK(
+          cudaMemcpy(out.data(), buf_.data(), n_ * sizeof(T), cudaMemcpyDeviceToHost));
     return out;
   }
   // True when the sentinel after the buffer is untouched.
   bool guard_intact() const {
     std::vector<uint8_t> tail(kGuard);
     const char* base = reinterpret_cast<const char*>(buf_.data());
-    STATECHECK_CUDA_CHECK(cudaMemcpy(tail.data(), base + n_ * sizeof(T), kGuard, cudaMemcpyDeviceToHost));
+    STATECHECK_CUDA_CHECK(
+        cudaMemcpy(tail.data(), base + n_ * sizeof(T), kGuard, cudaMemcpyDeviceToHost));
     for (uint8_t b : tail)
       if (b != 0xA5) return false;
     return true;

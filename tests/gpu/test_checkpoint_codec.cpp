@@ -28,7 +28,9 @@ struct Case {
   PoolDtype active;
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
 
 constexpr int kActiveSlots = 9, kCkptSlots = 13;
 const std::vector<int32_t> kSrc = {5, 1, 8}, kDst = {12, 3, 7}, kBack = {2, 6, 4};
@@ -40,8 +42,8 @@ std::vector<float> make_active(const PoolGeometry& g, PoolDtype dtype, uint64_t 
   Rng rng(seed);
   for (size_t e = 0; e < n; ++e) {
     double x = 0.06 * rng.normal();
-    if (e % 997 == 0) x *= 300.0;          // large entries: saturation paths of fp8_raw
-    if (e % 1499 == 0) x = 0.0;            // exact zeros
+    if (e % 997 == 0) x *= 300.0;               // large entries: saturation paths of fp8_raw
+    if (e % 1499 == 0) x = 0.0;                 // exact zeros
     if (e % 211 == 0) x = 1e-7 * rng.normal();  // tiny entries: subnormal fp8 paths
     a[e] = dtype == PoolDtype::bf16 ? round_to_bf16(static_cast<float>(x)) : static_cast<float>(x);
   }
@@ -75,7 +77,8 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
     active_bytes = as_bytes(b16);
   }
   std::vector<uint16_t> active_conv(static_cast<size_t>(g.L) * kActiveSlots * g.conv_elems);
-  for (size_t e = 0; e < active_conv.size(); ++e) active_conv[e] = static_cast<uint16_t>(e * 2654435761u >> 7);
+  for (size_t e = 0; e < active_conv.size(); ++e)
+    active_conv[e] = static_cast<uint16_t>(e * 2654435761u >> 7);
   const size_t ckpt_values = static_cast<size_t>(g.L) * kCkptSlots * g.HV * head * vb;
   const size_t ckpt_scales = static_cast<size_t>(g.L) * kCkptSlots * g.HV * g.dk * sb;
   Guarded<uint8_t> d_active(active_bytes), d_ckpt(std::vector<uint8_t>(ckpt_values, 0xFF)),
@@ -86,7 +89,8 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
   Guarded<int32_t> err(std::vector<int32_t>(4, 0));
 
   StatePoolView av{d_active.data(), nullptr, d_aconv.data(), kActiveSlots};
-  StatePoolView cv{d_ckpt.data(), codec.has_scales() ? d_scales.data() : nullptr, d_cconv.data(), kCkptSlots};
+  StatePoolView cv{d_ckpt.data(), codec.has_scales() ? d_scales.data() : nullptr, d_cconv.data(),
+                   kCkptSlots};
   checkpoint_store(g, av, c.active, cv, codec, src.data(), dst.data(), 3, err.data());
   check_store_error(err.data(), g);
 
@@ -101,20 +105,29 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
         const uint8_t* gv = got_values.data() + hi * head * vb;
         const uint8_t* gs = got_scales.data() + hi * g.dk * sb;
         if (it == kDst.end()) {
-          for (size_t b = 0; b < head * vb; ++b) ASSERT_EQ(gv[b], 0xFF) << "untouched checkpoint slot " << slot << " written";
+          for (size_t b = 0; b < head * vb; ++b)
+            ASSERT_EQ(gv[b], 0xFF) << "untouched checkpoint slot " << slot << " written";
           continue;
         }
         const int a_slot = kSrc[it - kDst.begin()];
-        const float* S = active.data() + ((static_cast<size_t>(l) * kActiveSlots + a_slot) * g.HV + h) * head;
+        const float* S =
+            active.data() + ((static_cast<size_t>(l) * kActiveSlots + a_slot) * g.HV + h) * head;
         encode_head(codec, S, g.dv, g.dk, want_values.data(), want_scales.data(), {l, h});
         for (size_t b = 0; b < head * vb; ++b)
-          ASSERT_EQ(gv[b], want_values[b]) << "layer " << l << " slot " << slot << " head " << h << " byte " << b;
-        for (size_t b = 0; b < g.dk * sb; ++b) ASSERT_EQ(gs[b], want_scales[b]) << "scale byte " << b;
+          ASSERT_EQ(gv[b], want_values[b])
+              << "layer " << l << " slot " << slot << " head " << h << " byte " << b;
+        for (size_t b = 0; b < g.dk * sb; ++b)
+          ASSERT_EQ(gs[b], want_scales[b]) << "scale byte " << b;
       }
       for (int64_t e = 0; e < g.conv_elems; ++e) {
-        const uint16_t x = got_cconv[(static_cast<size_t>(l) * kCkptSlots + slot) * g.conv_elems + e];
-        const uint16_t want = it == kDst.end() ? 0xFFFF
-                                               : active_conv[(static_cast<size_t>(l) * kActiveSlots + kSrc[it - kDst.begin()]) * g.conv_elems + e];
+        const uint16_t x =
+            got_cconv[(static_cast<size_t>(l) * kCkptSlots + slot) * g.conv_elems + e];
+        const uint16_t want =
+            it == kDst.end()
+                ? 0xFFFF
+                : active_conv[(static_cast<size_t>(l) * kActiveSlots + kSrc[it - kDst.begin()]) *
+                                  g.conv_elems +
+                              e];
         ASSERT_EQ(x, want) << "conv layer " << l << " slot " << slot << " element " << e;
       }
     }
@@ -126,7 +139,8 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
   std::vector<uint8_t> active_before = d_active.download();
   for (int l = 0; l < g.L; ++l)
     for (int32_t slot : kBack) {
-      const size_t off = (static_cast<size_t>(l) * kActiveSlots + slot) * g.HV * head * pool_dtype_bytes(c.active);
+      const size_t off =
+          (static_cast<size_t>(l) * kActiveSlots + slot) * g.HV * head * pool_dtype_bytes(c.active);
       std::memset(active_before.data() + off, 0xFF, g.HV * head * pool_dtype_bytes(c.active));
     }
   Guarded<uint8_t> d_active2(active_before);
@@ -149,49 +163,55 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
         }
         const int c_slot = kDst[it - kBack.begin()];
         const size_t hi = (static_cast<size_t>(l) * kCkptSlots + c_slot) * g.HV + h;
-        decode_head(codec, got_values.data() + hi * head * vb, got_scales.data() + hi * g.dk * sb, g.dv, g.dk, decoded.data());
+        decode_head(codec, got_values.data() + hi * head * vb, got_scales.data() + hi * g.dk * sb,
+                    g.dv, g.dk, decoded.data());
         for (size_t e = 0; e < head; ++e) {
           if (c.active == PoolDtype::fp32) {
             uint32_t a, b;
             std::memcpy(&a, loaded.data() + off + 4 * e, 4);
             std::memcpy(&b, &decoded[e], 4);
-            ASSERT_EQ(a, b) << "layer " << l << " slot " << slot << " head " << h << " element " << e;
+            ASSERT_EQ(a, b) << "layer " << l << " slot " << slot << " head " << h << " element "
+                            << e;
           } else {
             uint16_t a;
             std::memcpy(&a, loaded.data() + off + 2 * e, 2);
-            ASSERT_EQ(a, bf16_bits_from_float(decoded[e])) << "layer " << l << " slot " << slot << " element " << e;
+            ASSERT_EQ(a, bf16_bits_from_float(decoded[e]))
+                << "layer " << l << " slot " << slot << " element " << e;
           }
         }
       }
       if (it == kBack.end()) continue;
       for (int64_t e = 0; e < g.conv_elems; ++e)
-          ASSERT_EQ(loaded_conv[(static_cast<size_t>(l) * kActiveSlots + slot) * g.conv_elems + e],
-                    active_conv[(static_cast<size_t>(l) * kActiveSlots + kSrc[it - kBack.begin()]) * g.conv_elems + e]);
+        ASSERT_EQ(loaded_conv[(static_cast<size_t>(l) * kActiveSlots + slot) * g.conv_elems + e],
+                  active_conv[(static_cast<size_t>(l) * kActiveSlots + kSrc[it - kBack.begin()]) *
+                                  g.conv_elems +
+                              e]);
     }
   EXPECT_TRUE(d_active2.guard_intact());
   EXPECT_TRUE(d_aconv.guard_intact());
 }
 
-const PoolGeometry kSmall{3, 3, 60, 36, 17};      // d_v = 60, odd conv length (unaligned copies)
-const PoolGeometry kOddK{2, 2, 50, 30, 24};       // d_k not a multiple of 4: scalar path
-const PoolGeometry kQwen{2, 8, 128, 128, 6144};   // two layers of the Qwen3.5 TP-4 shard
+const PoolGeometry kSmall{3, 3, 60, 36, 17};     // d_v = 60, odd conv length (unaligned copies)
+const PoolGeometry kOddK{2, 2, 50, 30, 24};      // d_k not a multiple of 4: scalar path
+const PoolGeometry kQwen{2, 8, 128, 128, 6144};  // two layers of the Qwen3.5 TP-4 shard
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, CheckpointCodec,
-    ::testing::Values(Case{"int8_bf16_scale_fp32_active_small", kSmall, "int8_bf16_scale", PoolDtype::fp32},
-                      Case{"int8_fp32_scale_fp32_active_small", kSmall, "int8_fp32_scale", PoolDtype::fp32},
-                      Case{"int8_bf16_scale_bf16_active_small", kSmall, "int8_bf16_scale", PoolDtype::bf16},
-                      Case{"int8_fp32_scale_fp32_active_oddk", kOddK, "int8_fp32_scale", PoolDtype::fp32},
-                      Case{"int8_fp32_scale_fp32_active_qwen", kQwen, "int8_fp32_scale", PoolDtype::fp32},
-                      Case{"int8_bf16_scale_bf16_active_qwen", kQwen, "int8_bf16_scale", PoolDtype::bf16},
-                      Case{"fp8_fp32_scale_fp32_active_small", kSmall, "fp8_e4m3_fp32_scale", PoolDtype::fp32},
-                      Case{"fp8_bf16_scale_bf16_active_qwen", kQwen, "fp8_e4m3_bf16_scale", PoolDtype::bf16},
-                      Case{"fp8_raw_fp32_active_small", kSmall, "fp8_e4m3_raw", PoolDtype::fp32},
-                      Case{"fp8_raw_fp32_active_oddk", kOddK, "fp8_e4m3_raw", PoolDtype::fp32},
-                      Case{"bf16_copy_fp32_active_qwen", kQwen, "bf16", PoolDtype::fp32},
-                      Case{"bf16_copy_bf16_active_small", kSmall, "bf16", PoolDtype::bf16},
-                      Case{"fp32_copy_fp32_active_qwen", kQwen, "fp32", PoolDtype::fp32},
-                      Case{"fp32_copy_fp32_active_oddk", kOddK, "fp32", PoolDtype::fp32}),
+    ::testing::Values(
+        Case{"int8_bf16_scale_fp32_active_small", kSmall, "int8_bf16_scale", PoolDtype::fp32},
+        Case{"int8_fp32_scale_fp32_active_small", kSmall, "int8_fp32_scale", PoolDtype::fp32},
+        Case{"int8_bf16_scale_bf16_active_small", kSmall, "int8_bf16_scale", PoolDtype::bf16},
+        Case{"int8_fp32_scale_fp32_active_oddk", kOddK, "int8_fp32_scale", PoolDtype::fp32},
+        Case{"int8_fp32_scale_fp32_active_qwen", kQwen, "int8_fp32_scale", PoolDtype::fp32},
+        Case{"int8_bf16_scale_bf16_active_qwen", kQwen, "int8_bf16_scale", PoolDtype::bf16},
+        Case{"fp8_fp32_scale_fp32_active_small", kSmall, "fp8_e4m3_fp32_scale", PoolDtype::fp32},
+        Case{"fp8_bf16_scale_bf16_active_qwen", kQwen, "fp8_e4m3_bf16_scale", PoolDtype::bf16},
+        Case{"fp8_raw_fp32_active_small", kSmall, "fp8_e4m3_raw", PoolDtype::fp32},
+        Case{"fp8_raw_fp32_active_oddk", kOddK, "fp8_e4m3_raw", PoolDtype::fp32},
+        Case{"bf16_copy_fp32_active_qwen", kQwen, "bf16", PoolDtype::fp32},
+        Case{"bf16_copy_bf16_active_small", kSmall, "bf16", PoolDtype::bf16},
+        Case{"fp32_copy_fp32_active_qwen", kQwen, "fp32", PoolDtype::fp32},
+        Case{"fp32_copy_fp32_active_oddk", kOddK, "fp32", PoolDtype::fp32}),
     case_name);
 
 // E4M3 conversion on the GPU (fp8_raw store) against the CPU encoder on every code's value, every
@@ -218,8 +238,8 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
   Guarded<uint8_t> ckpt(std::vector<uint8_t>(values.size() * 2, 0xFF));
   Guarded<int32_t> one(std::vector<int32_t>{1});
   const Codec raw = parse_codec("fp8_e4m3_raw");
-  checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32, {ckpt.data(), nullptr, nullptr, 2}, raw,
-                   one.data(), one.data(), 1);
+  checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
+                   {ckpt.data(), nullptr, nullptr, 2}, raw, one.data(), one.data(), 1);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint8_t> got = ckpt.download();
   for (size_t i = 0; i < values.size(); ++i)
@@ -232,16 +252,19 @@ TEST_F(GpuTest, StoreRefusesNonFiniteWithPosition) {
   // layer 1, slot 1, head 2, row 3, column 1
   pool[((static_cast<size_t>(1) * 2 + 1) * g.HV + 2) * g.dv * g.dk + 3 * g.dk + 1] = NAN;
   Guarded<float> active(pool);
-  Guarded<uint8_t> ckpt(std::vector<uint8_t>(pool.size(), 0)), scales(std::vector<uint8_t>(g.L * 2 * g.HV * g.dk * 4, 0));
+  Guarded<uint8_t> ckpt(std::vector<uint8_t>(pool.size(), 0)),
+      scales(std::vector<uint8_t>(g.L * 2 * g.HV * g.dk * 4, 0));
   Guarded<int32_t> one(std::vector<int32_t>{1}), err(std::vector<int32_t>(4, 0));
   const Codec c = parse_codec("int8_fp32_scale");
-  checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32, {ckpt.data(), scales.data(), nullptr, 2}, c,
-                   one.data(), one.data(), 1, err.data());
+  checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
+                   {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
+                   err.data());
   try {
     check_store_error(err.data(), g);
     FAIL() << "a NaN state was stored";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1, head 2, index [3, 1]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer 1, head 2, index [3, 1]"), std::string::npos)
+        << e.what();
   }
 }
 

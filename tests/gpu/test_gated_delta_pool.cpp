@@ -27,7 +27,9 @@ struct Case {
   std::vector<int> lengths;  // tokens per sequence
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
 
 // Builds a batch: pool of 12 slots with random states, distinct random slot ids, drive inputs.
 HostPoolBatch make_batch(const Case& c, uint64_t seed) {
@@ -38,7 +40,8 @@ HostPoolBatch make_batch(const Case& c, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> pool(n);
   for (auto& x : pool) x = static_cast<float>(0.06 * rng.normal());
-  if (c.dtype == PoolDtype::fp32) b.pool_fp32 = pool;
+  if (c.dtype == PoolDtype::fp32)
+    b.pool_fp32 = pool;
   else {
     b.pool_bf16.resize(n);
     for (size_t e = 0; e < n; ++e) b.pool_bf16[e] = bf16_bits_from_float(pool[e]);
@@ -53,10 +56,12 @@ HostPoolBatch make_batch(const Case& c, uint64_t seed) {
   const int T = b.cu_seqlens.back();
   RecurrenceShape s;
   s.H = c.H, s.HV = c.HV, s.dk = c.dk, s.dv = c.dv, s.gate = c.gate;
-  const LayerInputs in = synthetic_inputs(c.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, seed, 0, T);
+  const LayerInputs in = synthetic_inputs(
+      c.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, seed, 0, T);
   auto bits = [](const std::vector<float>& a) {
     std::vector<uint16_t> out(a.size());
-    for (size_t i = 0; i < a.size(); ++i) out[i] = bf16_bits_from_float(a[i]);  // drive values are bf16-exact
+    for (size_t i = 0; i < a.size(); ++i)
+      out[i] = bf16_bits_from_float(a[i]);  // drive values are bf16-exact
     return out;
   };
   b.q = bits(in.q), b.k = bits(in.k), b.v = bits(in.v);
@@ -89,7 +94,8 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
   // Decode batches pass the one-token hint (decode variant); varlen batches pass none (0).
   a.max_seq_len = *std::max_element(c.lengths.begin(), c.lengths.end()) == 1 ? 1 : 0;
   a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
-  a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data()) : static_cast<void*>(pool16.data());
+  a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data())
+                                            : static_cast<void*>(pool16.data());
   a.pool_slots = 12;
   a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
   a.g = g.data(), a.beta = beta.data(), a.o = o.data();
@@ -98,8 +104,10 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
 
   const std::vector<uint16_t> o_ref = gated_delta_pool_reference(ref);
   HostPoolBatch got = before;
-  if (c.dtype == PoolDtype::fp32) got.pool_fp32 = pool32.download();
-  else got.pool_bf16 = pool16.download();
+  if (c.dtype == PoolDtype::fp32)
+    got.pool_fp32 = pool32.download();
+  else
+    got.pool_bf16 = pool16.download();
   const std::vector<uint16_t> o_gpu = o.download();
 
   EXPECT_TRUE(pool32.guard_intact()) << "write past the fp32 pool";
@@ -120,26 +128,32 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
   const double scale = 1.0 / std::sqrt(double(c.dk));
   const double bf16_state = c.dtype == PoolDtype::bf16 ? std::ldexp(1.0, -7) : 0.0;
   std::vector<int> seq_of_slot(12, -1);
-  for (size_t n = 0; n < ref.slot_ids.size(); ++n) seq_of_slot[ref.slot_ids[n]] = static_cast<int>(n);
+  for (size_t n = 0; n < ref.slot_ids.size(); ++n)
+    seq_of_slot[ref.slot_ids[n]] = static_cast<int>(n);
   for (int slot = 0; slot < 12; ++slot) {
     for (int h = 0; h < c.HV; ++h) {
       const size_t base = (static_cast<size_t>(slot) * c.HV + h) * head;
       const int n = seq_of_slot[slot];
       if (n < 0) {
         for (size_t e = 0; e < head; ++e) {
-          const bool same = c.dtype == PoolDtype::fp32 ? std::memcmp(&got.pool_fp32[base + e], &before.pool_fp32[base + e], 4) == 0
-                                                       : got.pool_bf16[base + e] == before.pool_bf16[base + e];
-          ASSERT_TRUE(same) << "untouched slot " << slot << " changed at head " << h << " element " << e;
+          const bool same =
+              c.dtype == PoolDtype::fp32
+                  ? std::memcmp(&got.pool_fp32[base + e], &before.pool_fp32[base + e], 4) == 0
+                  : got.pool_bf16[base + e] == before.pool_bf16[base + e];
+          ASSERT_TRUE(same) << "untouched slot " << slot << " changed at head " << h << " element "
+                            << e;
         }
         continue;
       }
       const int t0 = ref.cu_seqlens[n], len = ref.cu_seqlens[n + 1] - t0;
       double s0 = 0, vmax = 0;
-      for (size_t e = 0; e < head; ++e) s0 += double(as_float(before, base + e)) * as_float(before, base + e);
+      for (size_t e = 0; e < head; ++e)
+        s0 += double(as_float(before, base + e)) * as_float(before, base + e);
       for (int t = t0; t < t0 + len; ++t) {
         double vn = 0;
         for (int i = 0; i < c.dv; ++i) {
-          const double x = float_from_bf16_bits(ref.v[(static_cast<size_t>(t) * c.HV + h) * c.dv + i]);
+          const double x =
+              float_from_bf16_bits(ref.v[(static_cast<size_t>(t) * c.HV + h) * c.dv + i]);
           vn += x * x;
         }
         vmax = std::max(vmax, std::sqrt(vn));
@@ -148,15 +162,18 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
       for (size_t e = 0; e < head; ++e) {
         const double r = as_float(ref, base + e), x = as_float(got, base + e);
         ASSERT_TRUE(std::isfinite(x)) << "slot " << slot << " head " << h << " element " << e;
-        ASSERT_LE(std::fabs(x - r), B + bf16_state * std::fabs(r)) << "slot " << slot << " head " << h << " element " << e
-                                                                   << " gpu " << x << " cpu " << r << " bound " << B;
+        ASSERT_LE(std::fabs(x - r), B + bf16_state * std::fabs(r))
+            << "slot " << slot << " head " << h << " element " << e << " gpu " << x << " cpu " << r
+            << " bound " << B;
       }
       for (int t = t0; t < t0 + len; ++t)
         for (int i = 0; i < c.dv; ++i) {
           const size_t e = (static_cast<size_t>(t) * c.HV + h) * c.dv + i;
           const double r = float_from_bf16_bits(o_ref[e]), x = float_from_bf16_bits(o_gpu[e]);
-          ASSERT_TRUE(std::isfinite(x)) << "output [" << t << ", " << h << ", " << i << "] not written";
-          ASSERT_LE(std::fabs(x - r), scale * B + std::ldexp(std::fabs(r), -7)) << "output [" << t << ", " << h << ", " << i << "]";
+          ASSERT_TRUE(std::isfinite(x))
+              << "output [" << t << ", " << h << ", " << i << "] not written";
+          ASSERT_LE(std::fabs(x - r), scale * B + std::ldexp(std::fabs(r), -7))
+              << "output [" << t << ", " << h << ", " << i << "]";
         }
     }
   }
@@ -173,9 +190,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"kda_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::kda, PoolDtype::fp32, kVarlen},
         Case{"gdn_bf16_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, PoolDtype::bf16, kVarlen},
         Case{"kda_bf16_d128_decode", 4, 4, 128, 128, GateKind::kda, PoolDtype::bf16, kDecode8},
-        Case{"gdn_fp32_d128_H4_HV8_varlen", 4, 8, 128, 128, GateKind::gdn, PoolDtype::fp32, kVarlen},
+        Case{"gdn_fp32_d128_H4_HV8_varlen", 4, 8, 128, 128, GateKind::gdn, PoolDtype::fp32,
+             kVarlen},
         Case{"kda_fp32_d128_varlen", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32, kVarlen},
-        Case{"gdn_fp32_dk30_dv50_scalar_path", 1, 3, 30, 50, GateKind::gdn, PoolDtype::fp32, kVarlen},
+        Case{"gdn_fp32_dk30_dv50_scalar_path", 1, 3, 30, 50, GateKind::gdn, PoolDtype::fp32,
+             kVarlen},
         Case{"kda_fp32_dk64_dv64_decode", 2, 4, 64, 64, GateKind::kda, PoolDtype::fp32, kDecode8},
         Case{"gdn_fp32_dk256_dv40", 1, 2, 256, 40, GateKind::gdn, PoolDtype::fp32, kVarlen}),
     case_name);
