@@ -96,8 +96,9 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
              "of copy");
   for (const auto& r : rows) {
     const double gbps = r.bytes / r.seconds / 1e9, gflops = r.flops / r.seconds / 1e9;
-    fmt::print("  {:<30} {:>10.3f} {:>10.2f} {:>10.2f} {:>11.1f}%\n", r.name, r.seconds * 1e3,
-               gflops, gbps, 100.0 * gbps / copy_gbps);
+    fmt::print("  {:<30} {:>10.3f} {:>10} {:>10.2f} {:>11.1f}%\n", r.name, r.seconds * 1e3,
+               r.flops > 0 ? fmt::format("{:.2f}", gflops) : std::string("-"), gbps,
+               100.0 * gbps / copy_gbps);
     file.write_scalar(g + "/" + r.name + "/seconds", r.seconds, "s", "median time per call");
     file.write_scalar(g + "/" + r.name + "/gbps", gbps, "GB/s",
                       "bytes of the byte model / median time");

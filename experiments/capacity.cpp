@@ -115,9 +115,10 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
                "inserts that found the state cached, per K");
     file.write_scalar(mg + "/knee_K", knee, "prefixes",
                       "largest K with reuse_frac >= half its value at the smallest K");
-    const int cacheable = std::string(mode) == "bf16"
-                              ? ec.cache.active_slots - parallel * ec.cache.slots_per_request()
-                              : ec.cache.ckpt_slots;
+    const int cacheable =
+        std::string(mode) == "bf16"
+            ? std::max(0, ec.cache.active_slots - parallel * ec.cache.slots_per_request())
+            : ec.cache.ckpt_slots;
     file.write_scalar(mg + "/cacheable_states", cacheable, "states",
                       "states the cache can hold with 8 requests in flight (bf16: A - 8 x slots "
                       "per request; int8: C)");

@@ -5,10 +5,16 @@
 
 #include <fmt/format.h>
 
+#include "core/codec/codec.h"
+#include "core/drive/drive.h"
 #include "core/io/run_info.h"
 #include "core/util/error.h"
 #include "core/util/parallel.h"
 #include "experiments/experiment.h"
+
+#ifdef STATECHECK_HAVE_CUDA
+#include "kernels/common/device.h"
+#endif
 
 namespace statecheck {
 
@@ -45,8 +51,11 @@ int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& row
       used = r.value / r.limit;
     else if (r.op[0] == '>' && r.value != 0.0)
       used = r.limit / r.value;
-    fmt::print("  {:4} {:<52} {:>12.4g} {:2} {:<10.4g} {:>5.0f}% of threshold used\n",
-               r.pass ? "ok" : "FAIL", r.key, r.value, r.op, r.limit, 100.0 * used);
+    const std::string headroom = std::isfinite(used)
+                                     ? fmt::format("{:>5.0f}% of threshold used", 100.0 * used)
+                                     : std::string("(limit or value is 0: no headroom ratio)");
+    fmt::print("  {:4} {:<52} {:>12.4g} {:2} {:<10.4g} {}\n", r.pass ? "ok" : "FAIL", r.key,
+               r.value, r.op, r.limit, headroom);
     if (!r.pass) {
       ++failures;
       fmt::print("       reason for the limit: {}\n", r.reason);
@@ -64,12 +73,81 @@ void print_summary(const Summary& s, const std::string& experiment) {
 
 }  // namespace
 
+void validate_options(const Options& o) {
+  if (o.device != "cpu" && o.device != "cuda")
+    fail("--device must be cpu or cuda, got '{}'", o.device);
+  if (o.tp < 0) fail("--tp must be positive (0: the model's default), got {}", o.tp);
+  if (o.threads < 0 || o.threads > 4096) fail("--threads must be in [0, 4096], got {}", o.threads);
+  constexpr int kMaxTokens = 1 << 20;
+  if (o.prefill < 0 || o.prefill > kMaxTokens)
+    fail("--prefill must be in [0, {}] tokens (0: the protocol's default), got {}", kMaxTokens,
+         o.prefill);
+  if (o.decode < 0 || o.decode > kMaxTokens)
+    fail("--decode must be in [0, {}] steps (0: the protocol's default), got {}", kMaxTokens,
+         o.decode);
+  if (o.chain_tokens < 128 || o.chain_tokens > kMaxTokens || o.chain_tokens % 128 != 0)
+    fail("--chain-tokens must be a multiple of 128 (n goes up to 128) in [128, {}], got {}",
+         kMaxTokens, o.chain_tokens);
+  if (o.chain_layers < 0)
+    fail("--chain-layers must be >= 0 (0: all layers), got {}", o.chain_layers);
+  constexpr int kMaxSlots = 1 << 22;
+  if (o.active_slots < 1 || o.active_slots > kMaxSlots)
+    fail("--active-slots must be in [1, {}], got {}", kMaxSlots, o.active_slots);
+  if (o.ckpt_slots < 0 || o.ckpt_slots > kMaxSlots)
+    fail("--ckpt-slots must be in [0, {}] (0: twice the active slots), got {}", kMaxSlots,
+         o.ckpt_slots);
+  if (!(o.gpu_mem_gib > 0) || !std::isfinite(o.gpu_mem_gib) || o.gpu_mem_gib > 1e6)
+    fail("--gpu-mem-gib must be a positive number of GiB, got {}", o.gpu_mem_gib);
+  if (!(o.mem_fraction > 0) || o.mem_fraction > 1)
+    fail("--mem-fraction must be in (0, 1], got {}", o.mem_fraction);
+  if (std::isnan(o.weights_gib) || std::isinf(o.weights_gib))
+    fail("--weights-gib must be a number (< 0: from the model's parameter count), got {}",
+         o.weights_gib);
+  if (o.mode != "bf16" && o.mode != "int8") fail("--mode must be bf16 or int8, got '{}'", o.mode);
+  if (o.strategy != "no_buffer" && o.strategy != "extra_buffer")
+    fail("--strategy must be no_buffer or extra_buffer, got '{}'", o.strategy);
+  if (o.temporal_dtype != "fp32" && o.temporal_dtype != "bf16")
+    fail("--temporal-dtype must be fp32 or bf16, got '{}'", o.temporal_dtype);
+  if (!o.scale_dtype.empty()) parse_scale_dtype(o.scale_dtype);
+  if (o.conv_dtype != "bf16") fail("--conv-dtype must be bf16, got '{}'", o.conv_dtype);
+  parse_codec(o.codec, parse_scale_dtype(o.scale_dtype_or_default()));
+  if (o.chunk_granularity < 1 || o.chunk_granularity > kMaxTokens)
+    fail("--chunk-granularity must be in [1, {}], got {}", kMaxTokens, o.chunk_granularity);
+  // Each chunk re-inserts the request's prefix into the tree (as the engine does), so the work of a
+  // replay grows like prompt^2 / chunk: budgets below one state chunk make no sense.
+  if (o.chunked_prefill < o.chunk_granularity)
+    fail("--chunked-prefill must be >= the chunk granularity ({}), got {}", o.chunk_granularity,
+         o.chunked_prefill);
+  if (o.track_interval < 1) fail("--track-interval must be >= 1, got {}", o.track_interval);
+  if (o.max_running < 0)
+    fail("--max-running must be >= 0 (0: from the active pool), got {}", o.max_running);
+  if (o.trace_bad_lines != "reject" && o.trace_bad_lines != "skip")
+    fail("--trace-bad-lines must be reject or skip, got '{}'", o.trace_bad_lines);
+  if (!o.drive.empty())
+    parse_drive(o.drive, o.states);
+  else if (!o.states.empty())
+    fail("--states {} is given without --drive states", o.states);
+}
+
+void require_cuda_if_asked(const Options& o, const ExperimentEntry& e) {
+  if (o.device != "cuda") return;
+  if (!e.cuda_path)
+    fail("--device cuda: experiment '{}' has no CUDA path (it models the host side)", e.name);
+#ifdef STATECHECK_HAVE_CUDA
+  std::string why;
+  if (!cuda::device_available(&why)) fail("--device cuda: {}", why);
+#else
+  fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+#endif
+}
+
 int run_experiment(const Options& o) {
   if (o.experiment == "suite") return run_suite(o);
   const auto& reg = experiment_registry();
   auto it = std::find_if(reg.begin(), reg.end(),
                          [&](const ExperimentEntry& e) { return e.name == o.experiment; });
   if (it == reg.end()) fail("unknown experiment '{}'", o.experiment);
+  require_cuda_if_asked(o, *it);
   const ModelConfig model = options_model(o);
   H5Writer file(o.out_path());
   RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
@@ -77,6 +155,7 @@ int run_experiment(const Options& o) {
   file.attr("/", "tp", static_cast<int64_t>(model.tp));
   Summary summary;
   it->run(o, model, file, summary);
+  file.commit();
   print_summary(summary, o.experiment);
   auto rows = load_thresholds(thresholds_path());
   print_threshold_table(summary, rows);

@@ -27,6 +27,7 @@ struct Options {
   std::string summary;  // summary JSON; empty: none (suite: results/summary.json)
   int threads = 0;      // 0: hardware threads
   std::string command_line;
+  bool model_given = false;  // --model was on the command line (not the default)
 
   // Numerical experiments.
   std::string codec = "int8";  // chain: the codec checkpoints go through
@@ -70,7 +71,16 @@ struct ExperimentEntry {
   std::string description;
   ExperimentFn run;
   bool in_suite = true;
+  bool cuda_path = false;  // accepts --device cuda (runs its CUDA path next to the CPU reference)
 };
+
+// Checks every option value, also those the chosen experiment does not read (a typo must not pass
+// silently); throws statecheck::Error naming the option.
+void validate_options(const Options& o);
+
+// With --device cuda: fails unless the experiment has a CUDA path and a usable GPU is present
+// (checked before any CPU work). The suite runs the experiments without one on the CPU.
+void require_cuda_if_asked(const Options& o, const ExperimentEntry& e);
 
 // Every experiment this build knows, in suite order.
 const std::vector<ExperimentEntry>& experiment_registry();

@@ -166,8 +166,16 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
   if (cuda) fail("kl: --device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif
   const std::string config_path = tinylm_config_for(o.model);
+  if (o.model_given && config_path != o.model)
+    fail(
+        "kl runs the tiny language model; --model {} is not a tiny-model config (leave --model "
+        "out, or give a config.json written by scripts/train_tinylm.py)",
+        o.model);
   const TinyLM model = TinyLM::load(config_path);
   const TinyLMConfig& c = model.config();
+  // The result file names the model that ran, not the serving model of the options.
+  file.attr("/", "model", c.name + " (" + config_path + ")");
+  file.attr("/", "tp", static_cast<int64_t>(1));
   const std::string text_path = c.file(c.eval_text_file);
   const std::vector<uint8_t> text = read_bytes(text_path);
 

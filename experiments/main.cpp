@@ -109,27 +109,43 @@ int main(int argc, char** argv) {
     po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
     po::notify(vm);
-    if (vm.count("help") || o.experiment.empty()) {
+    if (vm.count("help")) {
       std::cout << usage_header() << "\n"
                 << common << "\n"
                 << numeric << "\n"
                 << cache << std::endl;
-      return o.experiment.empty() && !vm.count("help") ? 2 : 0;
+      return 0;
     }
-    if (o.device != "cpu" && o.device != "cuda")
-      statecheck::fail("--device must be cpu or cuda, got '{}'", o.device);
-    if (o.tp < 0) statecheck::fail("--tp must be positive, got {}", o.tp);
+    if (o.experiment.empty()) {
+      std::cerr << usage_header() << "\nstatecheck: no experiment given (see statecheck --help)"
+                << std::endl;
+      return 2;
+    }
+    if (vm.count("drive") && o.drive.empty()) statecheck::fail("--drive needs a name");
+    if (vm.count("out") && o.out.empty()) statecheck::fail("--out needs a path");
+    if (vm.count("summary") && o.summary.empty()) statecheck::fail("--summary needs a path");
+    o.model_given = !vm["model"].defaulted();
+    statecheck::validate_options(o);
     // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
     // tiny model's config (data/tinylm/config.json), which is also a statecheck model config.
     if (o.drive == "tinylm" && vm["model"].defaulted())
       o.model = statecheck::default_tinylm_config_path();
-    if (o.threads < 0) statecheck::fail("--threads must be >= 0, got {}", o.threads);
     return statecheck::run_experiment(o);
   } catch (const po::error& e) {
     std::cerr << "statecheck: " << e.what() << " (see statecheck --help)" << std::endl;
     return 2;
   } catch (const statecheck::Error& e) {
     std::cerr << "statecheck: " << e.what() << std::endl;
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "statecheck: out of memory running '" << o.experiment
+              << "' (an input or option asks for more than this machine has)" << std::endl;
+    return 2;
+  } catch (const std::length_error&) {
+    std::cerr << "statecheck: '" << o.experiment
+              << "' was asked for an array larger than memory can address (check sizes in the "
+                 "inputs and options)"
+              << std::endl;
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "statecheck: " << e.what() << std::endl;

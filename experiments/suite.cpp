@@ -2,14 +2,22 @@
 // (results/<experiment>.h5), one merged summary (results/summary.json), the plots
 // (results/plots/*.png, scripts/plot.py) and the regression gate against data/thresholds.json:
 // exit 1, with the failing rows printed, when a limit breaks.
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/io/run_info.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
+
+extern char** environ;
 
 namespace statecheck {
 
@@ -25,15 +33,32 @@ void make_plots(const std::string& dir) {
   const std::string script = std::string(STATECHECK_SOURCE_DIR) + "/scripts/plot.py";
   const std::string python =
       std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  const std::string cmd =
-      fmt::format("'{}' '{}' '{}'/*.h5 --out '{}/plots'", python, script, dir, dir);
-  fmt::print("plots: {}\n", cmd);
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0)
+  // Arguments are passed as a vector (no shell), so any directory name is safe.
+  std::vector<std::string> args = {python, script};
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().extension() == ".h5") files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  args.insert(args.end(), files.begin(), files.end());
+  args.push_back("--out");
+  args.push_back(dir + "/plots");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  fmt::print("plots: {} {} <{} result files> --out {}/plots\n", python, script, files.size(), dir);
+  std::fflush(stdout);
+  pid_t pid = 0;
+  int status = -1;
+  const int spawn = posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (spawn == 0) waitpid(pid, &status, 0);
+  const bool ok = spawn == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!ok)
     fmt::print(
-        "plots: NOT drawn (exit {}); install python3-matplotlib and python3-h5py "
-        "(scripts/setup.sh), then run scripts/plot.py {}/*.h5 --out {}/plots\n",
-        rc, dir, dir);
+        "plots: NOT drawn ({}); install python3-matplotlib and python3-h5py (scripts/setup.sh), "
+        "then run scripts/plot.py {}/*.h5 --out {}/plots\n",
+        spawn != 0 ? fmt::format("cannot start {}: {}", python, std::strerror(spawn))
+                   : fmt::format("exit status {}", WIFEXITED(status) ? WEXITSTATUS(status) : -1),
+        dir, dir);
 }
 
 }  // namespace
@@ -46,9 +71,15 @@ int run_suite(const Options& base) {
   Summary all;
   fmt::print("suite: model {} at TP {}, {} protocol, results in {}/\n", model.name, model.tp,
              base.quick ? "quick" : "full", dir);
+  if (base.device == "cuda") {
+    // Fail before any work when no GPU can be used; experiments without a CUDA path run on the CPU.
+    for (const auto& e : experiment_registry())
+      if (e.in_suite && e.cuda_path) require_cuda_if_asked(base, e);
+  }
   for (const auto& e : experiment_registry()) {
     if (!e.in_suite) continue;
     Options o = base;
+    if (!e.cuda_path) o.device = "cpu";
     o.experiment = e.name;
     o.out = dir + "/" + e.name + ".h5";
     fmt::print("\n==== {} : {}\n", e.name, e.description);
@@ -58,6 +89,7 @@ int run_suite(const Options& base) {
     file.attr("/", "tp", static_cast<int64_t>(model.tp));
     Summary s;
     e.run(o, model, file, s);
+    file.commit();
     for (const auto& [k, v] : s.values()) fmt::print("  {:<56} {:.6g}\n", k, v);
     all.merge(s);
   }

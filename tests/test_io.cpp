@@ -135,6 +135,7 @@ TEST(Hdf5, WriterOutputReadsBack) {
     w.write("codec/int8/relerr", std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3}, "1", "test");
     w.write_scalar("codec/int8/scalar", 0.5, "1", "test");
     w.write_strings("codec/names", {"a", "bb"}, "names");
+    w.commit();
   }
   std::vector<size_t> shape;
   const auto v = read_hdf5_doubles(path, "codec/int8/relerr", &shape);
@@ -142,6 +143,23 @@ TEST(Hdf5, WriterOutputReadsBack) {
   EXPECT_EQ(v, (std::vector<double>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(read_hdf5_doubles(path, "codec/int8/scalar")[0], 0.5);
   EXPECT_THROW(read_hdf5_doubles(path, "nope"), Error);
+}
+
+TEST(Hdf5, UncommittedResultLeavesTheEarlierFileUntouched) {
+  const std::string path = temp_path("keep.h5");
+  {
+    H5Writer w(path);
+    w.write_scalar("x", 1.0, "1", "first run");
+    w.commit();
+  }
+  try {
+    H5Writer w(path);
+    w.write_scalar("x", 2.0, "1", "second run, fails before commit");
+    throw Error("simulated failure");
+  } catch (const Error&) {
+  }
+  EXPECT_EQ(read_hdf5_doubles(path, "x")[0], 1.0);
+  EXPECT_FALSE(fs::exists(path + ".partial"));
 }
 
 TEST(Hdf5, StatesFileFromHdf5) {
@@ -152,6 +170,7 @@ TEST(Hdf5, StatesFileFromHdf5) {
     std::vector<double> data(size_t(20) * 8 * 128 * 128);
     for (size_t i = 0; i < data.size(); ++i) data[i] = double(i % 13) * 0.25;
     w.write("state", data, {20, 8, 128, 128}, "1", "test states");
+    w.commit();
   }
   const auto states = read_states_file(path, m);
   ASSERT_EQ(states.size(), 1u);

@@ -71,6 +71,7 @@ TEST(KlExperiment, QuickRunOnTheShippedModel) {
   {
     H5Writer file(path);
     run_kl(o, load_model("qwen3.5-35b-a3b"), file, s);
+    file.commit();
   }
   // The identity codec and its chained version leave the continuation bit-identical (the forward
   // pass is split-invariant), so KL is exactly 0 and every greedy byte agrees.

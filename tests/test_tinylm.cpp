@@ -613,8 +613,9 @@ TEST(TinyLMDrive, CodecExperimentRunsOnRealStates) {
   H5Writer file(temp_dir("codec_drive") + "/codec.h5");
   run_codec(o, load_model(o.model), file, s);
   EXPECT_EQ(s.get("fp32.state_relerr"), 0.0);
-  // bf16 round to nearest even: relative error <= 2^-9 per element, so the Frobenius ratio too.
-  EXPECT_LE(s.get("bf16.state_relerr"), std::ldexp(1.0, -9));
+  // bf16 round to nearest even: relative error <= 2^-8 per element (8 significant bits), so the
+  // Frobenius ratio too.
+  EXPECT_LE(s.get("bf16.state_relerr"), std::ldexp(1.0, -8));
   EXPECT_GT(s.get("int8.state_relerr"), 0.0);
   // int8: |error| <= scale / 2 = amax_j / 254 per element, so ||err||_F <= sqrt(sum_j d_v amax_j^2)
   // / 254

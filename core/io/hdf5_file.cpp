@@ -51,19 +51,34 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
 
 }  // namespace
 
-H5Writer::H5Writer(const std::string& path) : path_(path) {
+H5Writer::H5Writer(const std::string& path) : path_(path), partial_(path + ".partial") {
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(parent, ec);
     if (ec) fail("{}: cannot create directory {} ({})", path, parent.string(), ec.message());
   }
-  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_ < 0) fail("{}: cannot create HDF5 file", path);
+  if (std::filesystem::is_directory(path)) fail("{}: is a directory, not a result file", path);
+  file_ = H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file_ < 0) fail("{}: cannot create HDF5 file (is the directory writable?)", partial_);
 }
 
 H5Writer::~H5Writer() {
   if (file_ >= 0) H5Fclose(file_);
+  if (!committed_) {
+    std::error_code ec;
+    std::filesystem::remove(partial_, ec);  // a failed run leaves any earlier result untouched
+  }
+}
+
+void H5Writer::commit() {
+  if (committed_) return;
+  if (file_ >= 0 && H5Fclose(file_) < 0) fail("{}: closing the HDF5 file failed", partial_);
+  file_ = -1;
+  std::error_code ec;
+  std::filesystem::rename(partial_, path_, ec);
+  if (ec) fail("{}: cannot move the finished result into place ({})", path_, ec.message());
+  committed_ = true;
 }
 
 void H5Writer::group(const std::string& name) {
@@ -216,16 +231,21 @@ std::string read_string_attr(hid_t obj, const char* name) {
   hid_t type = H5Aget_type(a);
   std::string out;
   if (H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type)) {
+    // Fixed length, any padding (h5py writes NULLPAD): read with the file's own type, then strip
+    // the padding.
     const size_t n = H5Tget_size(type);
     std::vector<char> buf(n + 1, '\0');
-    hid_t mem = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mem, n);
-    if (H5Aread(a, mem, buf.data()) >= 0) out.assign(buf.data());
+    hid_t mem = H5Tcopy(type);
+    if (H5Aread(a, mem, buf.data()) >= 0) out.assign(buf.data(), n);
     H5Tclose(mem);
+    while (!out.empty() && (out.back() == '\0' || out.back() == ' ')) out.pop_back();
+    out = out.c_str();
   } else if (H5Tget_class(type) == H5T_STRING) {
+    // Variable length (h5py's default for str attributes), ASCII or UTF-8.
     char* value = nullptr;
     hid_t mem = H5Tcopy(H5T_C_S1);
     H5Tset_size(mem, H5T_VARIABLE);
+    H5Tset_cset(mem, H5Tget_cset(type));
     if (H5Aread(a, mem, &value) >= 0 && value) {
       out = value;
       H5free_memory(value);
@@ -278,7 +298,15 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted) {
   out.name = name;
   out.shape.assign(dims.begin(), dims.end());
   size_t n = 1;
-  for (auto d : dims) n *= d;
+  for (auto d : dims) {
+    if (d != 0 && n > (size_t(1) << 34) / d) {
+      H5Sclose(space);
+      H5Dclose(ds);
+      fail("{}: dataset '{}' declares more than 2^34 elements: not a state file this tool can hold",
+           path, name);
+    }
+    n *= d;
+  }
   hid_t type = H5Dget_type(ds);
   const H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);

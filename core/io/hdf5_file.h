@@ -14,9 +14,14 @@ namespace statecheck {
 
 class H5Writer {
  public:
-  // Creates (truncates) `path`; parent directories are created. Throws statecheck::Error.
+  // Starts a result file for `path`; parent directories are created. The data go to
+  // `path.partial` and replace `path` only on commit(): a run that fails (or is killed) leaves an
+  // earlier result at `path` untouched, and the destructor removes the partial file. Throws
+  // statecheck::Error when the file cannot be created.
   explicit H5Writer(const std::string& path);
   ~H5Writer();
+  // Closes the file and moves it to `path`. Throws statecheck::Error on failure.
+  void commit();
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;
 
@@ -46,6 +51,8 @@ class H5Writer {
  private:
   int64_t file_ = -1;  // hid_t
   std::string path_;
+  std::string partial_;
+  bool committed_ = false;
 };
 
 // An n-dimensional float array read from a file.

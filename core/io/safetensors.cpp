@@ -111,7 +111,10 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted) 
     if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
       fail("{}: tensor '{}': shape entries must be non-negative integers", path, name);
     out.shape.push_back(d.get<size_t>());
-    count *= d.get<uint64_t>();
+    if (__builtin_mul_overflow(count, d.get<uint64_t>(), &count) || count > (uint64_t(1) << 34))
+      fail(
+          "{}: tensor '{}': shape has more than 2^34 elements: not a state file this tool can hold",
+          path, name);
   }
   const json& off = t["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() ||

@@ -1,5 +1,6 @@
 #include "core/io/states_file.h"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -62,6 +63,17 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
 
   StateShape shape{static_cast<int>(L), static_cast<int>(HV), static_cast<int>(dv),
                    static_cast<int>(dk)};
+  // Refuse non-finite states here, where the position in the file is still known (state n, layer,
+  // head, [i, j]); later stages would see them only after the recurrence has spread them.
+  for (size_t i = 0; i < a.data.size(); ++i)
+    if (!std::isfinite(a.data[i])) {
+      const size_t head = dv * dk, idx = i % head, h = (i / head) % HV, rest = i / head / HV;
+      const size_t n = s.size() == 5 ? rest % N : 0, l = s.size() == 5 ? rest / N : rest;
+      fail(
+          "{}: non-finite state value {} at state {}, layer {}, head {}, index [{}, {}] (d_v row, "
+          "d_k column)",
+          path, a.data[i], n, l, h, idx / dk, idx % dk);
+    }
   std::vector<MultiLayerState> out(N, MultiLayerState(shape));
   const size_t layer = shape.layer_size();
   for (size_t l = 0; l < L; ++l)

@@ -93,6 +93,8 @@ void write_summary_json(const std::string& path, const Summary& summary,
   std::ofstream out(path);
   if (!out) fail("{}: cannot write summary", path);
   out << j.dump(2) << "\n";
+  out.flush();
+  if (!out) fail("{}: write error (disk full?)", path);
 }
 
 }  // namespace statecheck

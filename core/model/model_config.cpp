@@ -1,6 +1,8 @@
 #include "core/model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -34,7 +36,12 @@ int get_int(const json& j, const char* key, const std::string& origin, const std
   if (!j.is_object() || !j.contains(key)) fail("{}: missing field '{}{}'", origin, where, key);
   const json& v = j.at(key);
   if (!v.is_number_integer()) fail("{}: field '{}{}' must be an integer", origin, where, key);
-  return v.get<int>();
+  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)
+                        ? INT64_MAX
+                        : v.get<int64_t>();
+  if (x < -1000000 || x > 1000000)
+    fail("{}: field '{}{}' = {} is outside [-1e6, 1e6]", origin, where, key, v.dump());
+  return static_cast<int>(x);
 }
 
 int get_int_or(const json& j, const char* key, int fallback, const std::string& origin,
@@ -59,7 +66,11 @@ std::vector<int> get_int_list(const json& j, const char* key, const std::string&
 
 // Linear layers = all layers not in `full` (sorted, 0-based).
 void complete_layers(ModelConfig& m, const std::string& origin) {
+  if (m.num_layers <= 0 || m.num_layers > 100000)
+    fail("{}: the number of layers must be in [1, 100000], got {}", origin, m.num_layers);
   std::set<int> full(m.full_layers.begin(), m.full_layers.end());
+  if (full.size() != m.full_layers.size())
+    fail("{}: a full-attention layer index is listed twice", origin);
   for (int l : m.full_layers) {
     if (l < 0 || l >= m.num_layers)
       fail("{}: full-attention layer index {} outside [0, {})", origin, l, m.num_layers);
@@ -73,7 +84,7 @@ void complete_layers(ModelConfig& m, const std::string& origin) {
 ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
   ModelConfig m;
   if (!j.contains("name") || !j["name"].is_string())
-    fail("{}: missing string field 'name'", origin);
+    fail("{}: field 'name' must be present and a string", origin);
   m.name = j["name"].get<std::string>();
   m.source = j.value("source", std::string());
   const std::string family = j["family"].is_string() ? j["family"].get<std::string>() : "";
@@ -146,6 +157,8 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
     m.full_attention.kind = FullAttentionSpec::Kind::mha;
     m.full_attention.num_kv_heads = get_int(j, "num_key_value_heads", origin, where);
     m.full_attention.head_dim = get_int(j, "head_dim", origin, where);
+    if (j.contains("layer_types") && !j["layer_types"].is_null() && !j["layer_types"].is_array())
+      fail("{}: field '{}layer_types' must be a list", origin, where);
     if (j.contains("layer_types") && j["layer_types"].is_array()) {
       const json& types = j["layer_types"];
       if (static_cast<int>(types.size()) != m.num_layers)
@@ -200,6 +213,8 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
 
 }  // namespace
 
+ModelConfig parse_model_config_checked(const json& j, const std::string& origin, int tp);
+
 void validate_model(const ModelConfig& m, const std::string& origin) {
   auto positive = [&](int v, const char* field) {
     if (v <= 0) fail("{}: field '{}' must be positive, got {}", origin, field, v);
@@ -211,6 +226,20 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   positive(m.head_v_dim, "head_v_dim");
   positive(m.conv_width, "conv_width");
   positive(m.tp, "tp");
+  auto at_most = [&](int v, int limit, const char* field) {
+    if (v > limit) fail("{}: field '{}' = {} is larger than {}", origin, field, v, limit);
+  };
+  at_most(m.num_key_heads, 8192, "num_key_heads");
+  at_most(m.num_value_heads, 8192, "num_value_heads");
+  at_most(m.head_k_dim, 4096, "head_k_dim");
+  at_most(m.head_v_dim, 4096, "head_v_dim");
+  at_most(m.conv_width, 64, "conv_width");
+  if (!(m.params_billion >= 0) || !std::isfinite(m.params_billion))
+    fail("{}: field 'params_billion' must be a non-negative number, got {}", origin,
+         m.params_billion);
+  if (m.ssm_dtype != "float32" && m.ssm_dtype != "bfloat16" && m.ssm_dtype != "float16")
+    fail("{}: field 'ssm_dtype' must be float32, bfloat16 or float16, got '{}'", origin,
+         m.ssm_dtype);
   if (m.linear_layers.empty()) fail("{}: the model has no linear-attention layers", origin);
   if (m.num_value_heads % m.num_key_heads != 0)
     fail("{}: num_value_heads ({}) is not a multiple of num_key_heads ({}) (GVA needs HV % H == 0)",
@@ -231,6 +260,15 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
 }
 
 ModelConfig parse_model_config(const json& j, const std::string& origin, int tp) {
+  try {
+    return parse_model_config_checked(j, origin, tp);
+  } catch (const json::exception& e) {
+    // A field of the wrong JSON type (e.g. a number where a string belongs).
+    fail("{}: a field has the wrong type ({})", origin, e.what());
+  }
+}
+
+ModelConfig parse_model_config_checked(const json& j, const std::string& origin, int tp) {
   if (!j.is_object()) fail("{}: a model config must be a JSON object", origin);
   ModelConfig m;
   if (j.contains("family")) {
@@ -272,6 +310,8 @@ ModelConfig load_model(const std::string& name_or_path, int tp) {
            known);
     }
   }
+  if (!fs::is_regular_file(path))
+    fail("{}: not a regular file (expected a model config .json)", path.string());
   std::ifstream in(path);
   if (!in) fail("{}: cannot open model config", path.string());
   json j;

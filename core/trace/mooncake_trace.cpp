@@ -27,7 +27,12 @@ std::string parse_line(const std::string& text, TraceRequest& r) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    return fmt::format("bad JSON ({})", e.what());
+    // The parser's message quotes the offending token; keep the reason one short line.
+    std::string what = e.what();
+    if (what.size() > 160) what = what.substr(0, 157) + "...";
+    for (char& c : what)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+    return fmt::format("bad JSON ({})", what);
   }
   if (!j.is_object()) return "not a JSON object";
   for (const char* f : {"timestamp", "input_length", "output_length", "hash_ids"})
@@ -37,6 +42,9 @@ std::string parse_line(const std::string& text, TraceRequest& r) {
   r.timestamp_ms = ts.get<double>();
   if (!std::isfinite(r.timestamp_ms) || r.timestamp_ms < 0)
     return fmt::format("negative or non-finite timestamp {}", ts.dump());
+  // A year of traffic is 3.2e10 ms; later stamps are a unit mistake, not a trace to bin by minute.
+  if (r.timestamp_ms > 3.2e10)
+    return fmt::format("timestamp {} ms is later than one year", ts.dump());
   for (const char* f : {"input_length", "output_length"}) {
     const auto& v = j[f];
     if (!v.is_number_integer()) return fmt::format("field '{}' is not an integer", f);

@@ -1,0 +1,78 @@
+// Command-line option checks: every value is validated whatever the experiment (a typo in an
+// option the experiment does not read must not pass silently), with the option named.
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/util/error.h"
+#include "experiments/experiment.h"
+
+using namespace statecheck;
+
+namespace {
+
+std::string error_of(const std::function<void(Options&)>& change) {
+  Options o;
+  o.experiment = "codec";
+  change(o);
+  try {
+    validate_options(o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Options, DefaultsAreValid) {
+  EXPECT_EQ(error_of([](Options&) {}), "");
+}
+
+TEST(Options, OutOfRangeValuesNameTheirOption) {
+  const std::pair<std::function<void(Options&)>, const char*> cases[] = {
+      {[](Options& o) { o.prefill = -1; }, "--prefill"},
+      {[](Options& o) { o.decode = 1 << 30; }, "--decode"},
+      {[](Options& o) { o.chain_tokens = 0; }, "--chain-tokens"},
+      {[](Options& o) { o.chain_tokens = 200; }, "--chain-tokens"},
+      {[](Options& o) { o.chain_layers = -1; }, "--chain-layers"},
+      {[](Options& o) { o.active_slots = 0; }, "--active-slots"},
+      {[](Options& o) { o.ckpt_slots = -1; }, "--ckpt-slots"},
+      {[](Options& o) { o.gpu_mem_gib = std::nan(""); }, "--gpu-mem-gib"},
+      {[](Options& o) { o.mem_fraction = 1.5; }, "--mem-fraction"},
+      {[](Options& o) { o.weights_gib = std::nan(""); }, "--weights-gib"},
+      {[](Options& o) { o.threads = 100000; }, "--threads"},
+      {[](Options& o) { o.mode = "fp4"; }, "--mode"},
+      {[](Options& o) { o.strategy = "lazy"; }, "--strategy"},
+      {[](Options& o) { o.codec = "int4"; }, "codec 'int4'"},
+      {[](Options& o) { o.chunked_prefill = 1; }, "--chunked-prefill"},
+      {[](Options& o) { o.trace_bad_lines = "maybe"; }, "--trace-bad-lines"},
+      {[](Options& o) { o.device = "tpu"; }, "--device"},
+      {[](Options& o) { o.states = "x.safetensors"; }, "without --drive states"},
+      {[](Options& o) { o.drive = "nosuch"; }, "unknown drive"},
+  };
+  for (const auto& [change, name] : cases) {
+    const std::string msg = error_of(change);
+    EXPECT_NE(msg.find(name), std::string::npos)
+        << "expected an error naming " << name << ", got: " << msg;
+  }
+}
+
+TEST(Options, CudaIsRefusedForExperimentsWithoutACudaPath) {
+  Options o;
+  o.experiment = "memory";
+  o.device = "cuda";
+  const auto& reg = experiment_registry();
+  for (const auto& e : reg) {
+    if (e.name != "memory" && e.name != "replay" && e.name != "firecount") continue;
+    EXPECT_FALSE(e.cuda_path) << e.name;
+    try {
+      require_cuda_if_asked(o, e);
+      ADD_FAILURE() << e.name << " accepted --device cuda";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("has no CUDA path"), std::string::npos) << err.what();
+    }
+  }
+}
