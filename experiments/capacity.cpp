@@ -33,12 +33,7 @@
 namespace statecheck {
 
 void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  if (o.device != "cpu" && o.device != "cuda")
-    fail("--device must be cpu or cuda, got '{}'", o.device);
-#ifndef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda")
-    fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
-#endif
+  check_device(o);
   std::vector<CapacityProbes> gpu_points;  // --device cuda: the published sweep points
   const std::vector<int> Ks =
       o.quick ? std::vector<int>{128, 256, 384, 512, 640, 768}

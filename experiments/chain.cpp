@@ -62,12 +62,7 @@ LayerInputs without_contraction(LayerInputs in) {
 }  // namespace
 
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  if (o.device != "cpu" && o.device != "cuda")
-    fail("--device must be cpu or cuda, got '{}'", o.device);
-#ifndef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda")
-    fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
-#endif
+  check_device(o);
   const StatesSource source = StatesSource::from_options(o, m);
   const RecurrenceShape shape = RecurrenceShape::of_model(m);
   const Codec codec = parse_codec(o.codec, parse_scale_dtype(o.scale_dtype_or_default()));

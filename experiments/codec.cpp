@@ -44,12 +44,7 @@ std::vector<Codec> codec_experiment_codecs(ScaleDtype scale) {
 }
 
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  if (o.device != "cpu" && o.device != "cuda")
-    fail("--device must be cpu or cuda, got '{}'", o.device);
-#ifndef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda")
-    fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
-#endif
+  check_device(o);
   const StatesSource source = StatesSource::from_options(o, m);
   const RecurrenceShape shape = RecurrenceShape::of_model(m);
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk;

@@ -129,16 +129,23 @@ void validate_options(const Options& o) {
     fail("--states {} is given without --drive states", o.states);
 }
 
-void require_cuda_if_asked(const Options& o, const ExperimentEntry& e) {
+void check_device(const Options& o) {
+  if (o.device != "cpu" && o.device != "cuda")
+    fail("--device must be cpu or cuda, got '{}'", o.device);
   if (o.device != "cuda") return;
-  if (!e.cuda_path)
-    fail("--device cuda: experiment '{}' has no CUDA path (it models the host side)", e.name);
 #ifdef STATECHECK_HAVE_CUDA
   std::string why;
   if (!cuda::device_available(&why)) fail("--device cuda: {}", why);
 #else
   fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif
+}
+
+void require_cuda_if_asked(const Options& o, const ExperimentEntry& e) {
+  if (o.device != "cuda") return;
+  if (!e.cuda_path)
+    fail("--device cuda: experiment '{}' has no CUDA path (it models the host side)", e.name);
+  check_device(o);
 }
 
 int run_experiment(const Options& o) {

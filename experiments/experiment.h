@@ -82,6 +82,10 @@ void validate_options(const Options& o);
 // (checked before any CPU work). The suite runs the experiments without one on the CPU.
 void require_cuda_if_asked(const Options& o, const ExperimentEntry& e);
 
+// For experiments with a CUDA path, called first: --device must be cpu or cuda, and cuda needs a
+// CUDA build and a usable GPU. Throws statecheck::Error with the reason.
+void check_device(const Options& o);
+
 // Every experiment this build knows, in suite order.
 const std::vector<ExperimentEntry>& experiment_registry();
 
