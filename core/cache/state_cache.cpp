@@ -281,9 +281,9 @@ void StateCache::decode_track(CacheRequest& r, const int32_t* tokens, int64_t se
 
 // ---- caching ------------------------------------------------------------------------------------
 
-void StateCache::insert_and_relock(CacheRequest& r, const int32_t* tokens, int64_t cache_len,
-                                   int32_t state) {
-  const RadixInsert ins = tree_.insert(tokens, cache_len, state, r.protected_len);
+// After tree_.insert: a state that was already cached gives its slot back (in int8 mode the
+// quantize was wasted, spec cache.md section 2 "insert"); otherwise the state entered the tree.
+void StateCache::account_insert(const RadixInsert& ins, int32_t state) {
   if (ins.state_exists) {
     cached_state_allocator().free(state);
     ++counters_.duplicate_states;
@@ -291,6 +291,12 @@ void StateCache::insert_and_relock(CacheRequest& r, const int32_t* tokens, int64
   } else {
     ++counters_.inserted_states;
   }
+}
+
+void StateCache::insert_and_relock(CacheRequest& r, const int32_t* tokens, int64_t cache_len,
+                                   int32_t state) {
+  const RadixInsert ins = tree_.insert(tokens, cache_len, state, r.protected_len);
+  account_insert(ins, state);
   // The tree now owns the KV of [protected_len, cache_len); re-match to lock the new end.
   const RadixMatch m = tree_.match(tokens, cache_len, cfg_.kv_only_match);
   if (m.hit_len != cache_len)
@@ -398,13 +404,7 @@ void StateCache::cache_finished(CacheRequest& r, const int32_t* tokens) {
   }
   const RadixInsert ins = tree_.insert(tokens, cache_len, state, r.protected_len);
   r.kv_len = r.protected_len;  // the tree took (or freed) [protected_len, cache_len)
-  if (ins.state_exists) {
-    cached_state_allocator().free(state);
-    ++counters_.duplicate_states;
-    if (cfg_.mode == CacheMode::int8) ++counters_.wasted_quantizes;
-  } else {
-    ++counters_.inserted_states;
-  }
+  account_insert(ins, state);
   // bf16: the donated active slot now belongs to the tree (or was just freed as a duplicate).
   free_request_slots(r, cfg_.mode == CacheMode::bf16 ? state : kNoSlot);
   tree_.unlock(r.last_node);

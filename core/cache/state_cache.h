@@ -191,6 +191,7 @@ class StateCache {
   void write_live_reference(int32_t slot, const int32_t* tokens, int64_t len);
   void verify_restore(const CacheRequest& r, const int32_t* tokens) const;
   void insert_and_relock(CacheRequest& r, const int32_t* tokens, int64_t cache_len, int32_t state);
+  void account_insert(const RadixInsert& ins, int32_t state);
 
   CacheConfig cfg_;
   KvPool kv_;
