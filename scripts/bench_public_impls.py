@@ -11,7 +11,9 @@
   3. With --statecheck-h5 FILE (the result of `statecheck bench --device cuda` run just before):
      the matching statecheck rows side by side, with the speed-up over the PyTorch codec.
 
-Timing: CUDA events, L2 flushed (256 MB memset) before each repeat, medians; copy bandwidth of the
+Timing: CUDA events, L2 flushed by a 256 MB read before each repeat and again after the launch
+inside the timed region (so its writes reach HBM), less the median time of that read alone;
+medians (the method of kernels/common/timing.h). Copy bandwidth of the
 same GPU measured in the same run (tensor copy, bytes read + written). Byte models are those of
 statecheck's kernels (kernels/codec/checkpoint_codec.h, kernels/gated_delta/gated_delta_pool.h).
 Runs where PyTorch with CUDA is installed; writes a JSON of all rows with --json FILE.
@@ -29,18 +31,33 @@ L, HV, DV, DK, CONV = 30, 8, 128, 128, 2048 * 3
 
 
 def timer(fn, repeats, flush):
-    fn()  # warm-up (and Triton compilation)
-    torch.cuda.synchronize()
-    times = []
-    for r in range(repeats):
-        flush.fill_(r & 0xFF)
+    """Median ms of fn, timed as statecheck's GpuTimer does (kernels/common/timing.h): the flush
+    buffer is read before the launch and again after it inside the timed region (so the launch's
+    dirty L2 lines reach HBM), and the median time of that read alone is subtracted."""
+    sink = torch.empty((), dtype=torch.float32, device=flush.device)
+
+    def read_flush():
+        torch.sum(flush, out=sink)
+
+    def timed(with_fn):
+        read_flush()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        if with_fn:
+            fn()
+        read_flush()
         stop.record()
         stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
+        return start.elapsed_time(stop)
+
+    fn()  # warm-up (and Triton compilation)
+    torch.cuda.synchronize()
+    with_fn, alone = [], []
+    for _ in range(repeats):
+        with_fn.append(timed(True))
+        alone.append(timed(False))
+    alone.sort()
+    times = sorted(t - alone[len(alone) // 2] for t in with_fn)
     return times[len(times) // 2]
 
 
@@ -139,7 +156,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("bench_public_impls.py: needs PyTorch with a CUDA GPU")
     dev = "cuda"
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    flush = torch.zeros(64 << 20, dtype=torch.float32, device=dev)  # 256 MB
     src = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
     copy_ms = timer(lambda: dst.copy_(src), args.repeats, flush)

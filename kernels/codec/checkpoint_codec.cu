@@ -59,12 +59,18 @@ __device__ __forceinline__ uint8_t fp8_encode(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// How close to a half-integer x * (1/s) may come before the exact quotient must decide. With
+// inv = fl(1/s) and r = fl(x * inv), r = (x / s)(1 + e1)(1 + e2) and fl(x / s) = (x / s)(1 + e3),
+// |e_i| <= 2^-24, so |r - fl(x / s)| <= 3 * 2^-24 * |x / s| + O(2^-48) <= 2.3e-5 for
+// |x / s| <= 127.5 (amax-derived scales; larger quotients clamp, see int8_code_fast). Unless r
+// lies within kNearHalf = 2^-14 (6.1e-5) of a half-integer, both round to the same integer.
+constexpr float kNearHalf = 6.103515625e-5f;
+
 // rint(x / s) with x / s the correctly rounded fp32 quotient, as the CPU codec computes it, without
-// paying an IEEE division per element. r = x * inv (inv = 1/s rounded) differs from the quotient
-// by at most two roundings of relative size 2^-24, i.e. < 2^-22 |r| <= 3.1e-5 for |r| <= 128 (the
-// amax-derived scales keep |x / s| <= 127.5). Unless r lies within 2.5e-4 of a half-integer (or
-// |r| > 128, which amax scales never produce), the quotient rounds to the same integer as r; in
-// those rare cases (about 5 elements in 10^4) the exact division decides. Same result bit for bit.
+// paying an IEEE division per element: r = x * inv is within 2.3e-5 of the quotient (kNearHalf),
+// so unless r lies within kNearHalf of a half-integer (or |r| > 128, which amax scales never
+// produce) it rounds like the quotient; in those rare cases (about 1 element in 8000) the exact
+// division decides. Same result bit for bit.
 // The rounding itself avoids the conversion unit (FRND and F2I run at a quarter of the FMA rate):
 // adding 1.5 * 2^23 rounds r to an integer held in the low mantissa bits (round to nearest even,
 // exact for |r| < 2^22), which is read back as an int. Returns the code in [-127, 127].
@@ -74,7 +80,7 @@ __device__ __forceinline__ int int8_code_quotient(float x, float s, float inv) {
   const float t = r + kMagic;
   const float d = r - (t - kMagic);
   int q;
-  if (fabsf(d) > 0.5f - 2.5e-4f || fabsf(r) > 128.0f) {
+  if (fabsf(d) > 0.5f - kNearHalf || fabsf(r) > 128.0f) {
     q = static_cast<int>(rintf(__fdiv_rn(x, s)));
   } else {
     q = __float_as_int(t) - 0x4B400000;
@@ -390,6 +396,258 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   }
 }
 
+// ---- Fast paths for the serving shapes (d_k = 128 or 64 and the like) ----------------------------
+//
+// Both run 128-thread blocks, each on a slice of one head, so a launch has many short blocks that
+// keep the memory system busy through their load / reduce / store phases and leave a small tail.
+
+constexpr int kFastThreads = 128;
+constexpr int kStripCols = 32;  // store: key columns per block (a strip of one head)
+constexpr int kLoadPasses = 8;  // load: rows per thread
+
+// IEEE max that returns NaN when either input is NaN (PTX max.NaN), so one column maximum both
+// forms the scale and flags a non-finite column (Inf propagates through fmaxf anyway).
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+// int8 code of x / s, the cheap way: r = clamp(x * inv, -127, 127); t = r + 1.5 * 2^23 rounds r
+// to the nearest even integer held in t's low mantissa bits, so t's low byte is the code in two's
+// complement. Exact unless r lies within kNearHalf of a half-integer (see there; clamping first
+// changes nothing, as a quotient past +-127 still rounds to at least 127 in magnitude):
+// `near_half` is set in that rare case and the caller redoes the element with the division.
+__device__ __forceinline__ uint32_t int8_code_fast(float x, float inv, bool& near_half) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  const float r = fminf(fmaxf(x * inv, -127.0f), 127.0f);
+  const float t = r + kMagic;
+  const float d = r - (t - kMagic);
+  near_half |= fabsf(d) > 0.5f - kNearHalf;
+  return static_cast<uint32_t>(__float_as_int(t));
+}
+
+// Packs the low bytes of four words into one (byte k from word k).
+__device__ __forceinline__ uint32_t pack_low_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
+// Four consecutive elements of an active row as fp32 (16-byte fp32 or 8-byte bf16 access).
+__device__ __forceinline__ void load4(const float* p, float* v) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+__device__ __forceinline__ void load4(const __nv_bfloat16* p, float* v) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  v[0] = __uint_as_float(raw.x << 16), v[1] = __uint_as_float(raw.x & 0xFFFF0000u);
+  v[2] = __uint_as_float(raw.y << 16), v[3] = __uint_as_float(raw.y & 0xFFFF0000u);
+}
+
+// Store, int8: one block per (part, layer, pair) in a 3-D grid (no index division), `part` being
+// a (head, strip of 32 key columns) or a conv chunk. THREADS / 8 row groups: thread t holds
+// columns 4 * (t % 8) .. +3 of the strip for rows t / 8 + (THREADS / 8) r, r < ROWS, in registers
+// (ROWS * THREADS / 8 == d_v exactly, no bounds checks). Column amax: own rows, then the lanes of
+// the warp sharing the columns (shuffles), then the warps (shared memory); one thread per column
+// forms the scale and its reciprocal once and publishes them. A strip containing a non-finite
+// value writes nothing and records its position. Requires d_k % 32 == 0.
+template <typename ActiveT, typename ScaleT, int THREADS, int ROWS>
+__global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p) {
+  constexpr int kWarpsHere = THREADS / 32, kGroups = THREADS / 8;
+  __shared__ float warp_amax[kWarpsHere][kStripCols];
+  __shared__ float col_scale[kStripCols], col_inv[kStripCols];
+  __shared__ int worst;
+  const int strips = p.dk / kStripCols;
+  Job job;
+  job.part = blockIdx.x, job.layer = blockIdx.y, job.pair = blockIdx.z;
+  const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
+  if (job.part >= p.HV * strips) {
+    job.part -= p.HV * strips - p.HV;
+    return conv_job(p, job, src_slot, dst_slot);
+  }
+  const int h = job.part / strips;
+  const int strip0 = (job.part - h * strips) * kStripCols;
+  const int j0 = strip0 + 4 * (threadIdx.x & 7);
+  const int row0 = threadIdx.x >> 3;
+  const size_t head = static_cast<size_t>(p.dv) * p.dk;
+  const ActiveT* src =
+      reinterpret_cast<const ActiveT*>(p.src_temporal) +
+      ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head +
+      static_cast<size_t>(row0) * p.dk + j0;
+  int8_t* dst = reinterpret_cast<int8_t*>(p.dst_temporal) +
+                ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head +
+                static_cast<size_t>(row0) * p.dk + j0;
+  const int row_step = kGroups * p.dk;  // elements between a thread's rows
+  if (threadIdx.x == 0) worst = -1;
+
+  float x[ROWS][4];
+  float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    load4(src + r * row_step, x[r]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) m[e] = max_nan(m[e], fabsf(x[r][e]));
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    m[e] = max_nan(m[e], __shfl_xor_sync(0xFFFFFFFFu, m[e], 8));
+    m[e] = max_nan(m[e], __shfl_xor_sync(0xFFFFFFFFu, m[e], 16));
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane < 8)
+    *reinterpret_cast<float4*>(&warp_amax[warp][4 * lane]) = make_float4(m[0], m[1], m[2], m[3]);
+  __syncthreads();
+  bool finite = true;
+  ScaleT sq{};
+  if (threadIdx.x < kStripCols) {  // one thread per column: the scale, once
+    float c = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarpsHere; ++w) c = max_nan(c, warp_amax[w][threadIdx.x]);
+    finite = isfinite(c);
+    sq = from_float<ScaleT>(fmaxf(c, 1e-8f) / 127.0f);
+    col_scale[threadIdx.x] = to_float<ScaleT>(sq);
+    col_inv[threadIdx.x] = 1.0f / col_scale[threadIdx.x];
+  }
+  if (!__syncthreads_and(finite)) {
+    // Rare: name an offender (the host reports one) and refuse the strip.
+    int first = -1;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (first < 0 && !isfinite(x[r][e])) first = (row0 + kGroups * r) * p.dk + j0 + e;
+    if (first >= 0) atomicMax(&worst, first);
+    __syncthreads();
+    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+      p.error_info[1] = job.layer;
+      p.error_info[2] = h;
+      p.error_info[3] = worst;
+    }
+    return;
+  }
+  if (threadIdx.x < kStripCols)
+    reinterpret_cast<ScaleT*>(p.dst_scales)[((static_cast<size_t>(job.layer) * p.dst_slots +
+                                               dst_slot) * p.HV + h) * p.dk + strip0 +
+                                             threadIdx.x] = sq;
+  const float4 s4 = *reinterpret_cast<const float4*>(&col_scale[4 * (threadIdx.x & 7)]);
+  const float4 i4 = *reinterpret_cast<const float4*>(&col_inv[4 * (threadIdx.x & 7)]);
+  const float s[4] = {s4.x, s4.y, s4.z, s4.w}, inv[4] = {i4.x, i4.y, i4.z, i4.w};
+  // Quantize row by row; a row with an element near a rounding tie (about 1 row in 2000) is
+  // redone with the exact quotient. The redo is a real branch, not predicated code: executing
+  // the divisions for every element would make the kernel instruction-bound.
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    bool near_half = false;
+    uint32_t q[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q[e] = int8_code_fast(x[r][e], inv[e], near_half);
+    if (__builtin_expect(near_half, 0)) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        q[e] = static_cast<uint32_t>(int8_code_quotient(x[r][e], s[e], inv[e]));
+    }
+    *reinterpret_cast<uint32_t*>(dst + r * row_step) = pack_low_bytes(q[0], q[1], q[2], q[3]);
+  }
+}
+
+// int8 code word to fp32 without the conversion unit: with u = code ^ 0x80 (0..255),
+// float(0x4B000000 | u) = 2^23 + u exactly, and subtracting 2^23 + 128 leaves the code.
+__device__ __forceinline__ float int8_byte_to_float(uint32_t flipped, int k) {
+  return __uint_as_float(__byte_perm(flipped, 0x4B000000u, 0x7650 + k)) - 8388736.0f;
+}
+
+// Four checkpoint values of a row as fp32 (before the scale).
+template <Kind K>
+__device__ __forceinline__ void ckpt_values4(const typename CkptValue<K>::T* p, float* v) {
+  if constexpr (K == Kind::int8) {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(p) ^ 0x80808080u;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = int8_byte_to_float(w, k);
+  } else if constexpr (K == Kind::fp8 || K == Kind::fp8_raw) {
+    const uchar4 c = *reinterpret_cast<const uchar4*>(p);
+    v[0] = fp8_decode(c.x), v[1] = fp8_decode(c.y), v[2] = fp8_decode(c.z), v[3] = fp8_decode(c.w);
+  } else {
+    load4(p, v);
+  }
+}
+
+template <Kind K>
+struct Raw4;  // the raw bytes of four checkpoint values
+template <>
+struct Raw4<Kind::int8> {
+  using T = uint32_t;
+};
+template <>
+struct Raw4<Kind::fp8> {
+  using T = uint32_t;
+};
+template <>
+struct Raw4<Kind::fp8_raw> {
+  using T = uint32_t;
+};
+template <>
+struct Raw4<Kind::bf16> {
+  using T = uint2;
+};
+template <>
+struct Raw4<Kind::fp32> {
+  using T = float4;
+};
+
+// Load: one block per (part, layer, pair) in a 3-D grid, `part` being a (head, run of rows) or a
+// conv chunk; 128 threads. With G = d_k / 4 lanes per
+// row, thread t owns columns 4 (t % G) .. +3 (so its scales sit in registers) and rows
+// t / G + (128 / G) r for r < kLoadPasses; all loads are issued before the first store.
+// Requires d_k % 4 == 0 and d_k / 4 dividing 128.
+template <typename ActiveT, Kind K, typename ScaleT>
+__global__ void __launch_bounds__(kFastThreads) load_rows_kernel(CodecParams p, int runs) {
+  using ValueT = typename CkptValue<K>::T;
+  using RawT = typename Raw4<K>::T;
+  constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
+  Job job;
+  job.part = blockIdx.x, job.layer = blockIdx.y, job.pair = blockIdx.z;
+  const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
+  if (job.part >= p.HV * runs) {
+    job.part -= p.HV * runs - p.HV;
+    return conv_job(p, job, src_slot, dst_slot);
+  }
+  const int G = p.dk / 4, rows_per_pass = kFastThreads / G;
+  const int h = job.part / runs;
+  const int j0 = 4 * (threadIdx.x % G);
+  const int row0 = (job.part % runs) * rows_per_pass * kLoadPasses + threadIdx.x / G;
+  const size_t head = static_cast<size_t>(p.dv) * p.dk;
+  const ValueT* src =
+      reinterpret_cast<const ValueT*>(p.src_temporal) +
+      ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head + j0;
+  ActiveT* dst = reinterpret_cast<ActiveT*>(p.dst_temporal) +
+                 ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head + j0;
+  RawT raw[kLoadPasses];
+#pragma unroll
+  for (int r = 0; r < kLoadPasses; ++r) {
+    const int row = row0 + r * rows_per_pass;
+    if (row < p.dv) raw[r] = *reinterpret_cast<const RawT*>(src + static_cast<size_t>(row) * p.dk);
+  }
+  float s[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  if constexpr (kScaled) {
+    const ScaleT* scales =
+        reinterpret_cast<const ScaleT*>(p.src_scales) +
+        ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * p.dk + j0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[e] = to_float<ScaleT>(scales[e]);
+  }
+#pragma unroll
+  for (int r = 0; r < kLoadPasses; ++r) {
+    const int row = row0 + r * rows_per_pass;
+    if (row >= p.dv) continue;
+    float v[4];
+    ckpt_values4<K>(reinterpret_cast<const ValueT*>(&raw[r]), v);
+    if constexpr (kScaled) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] *= s[e];
+    }
+    store_vec<4>(dst + static_cast<size_t>(row) * p.dk, v);
+  }
+}
+
 int conv_blocks_for(int64_t conv_elems) {
   return static_cast<int>((conv_elems + kConvChunk - 1) / kConvChunk);
 }
@@ -416,6 +674,7 @@ void check_geometry(const PoolGeometry& g, const Codec& c, const StatePoolView& 
          g.dk);
   if (g.dk > 256 || g.dv > 256)
     fail("{}: d_k and d_v up to 256 are supported (got {}, {})", what, g.dk, g.dv);
+  if (g.L > 65535) fail("{}: at most 65535 layers per launch (got {})", what, g.L);
   if (c.has_scales() && !ckpt.scales)
     fail("{}: codec {} needs a scales buffer in the checkpoint pool", what, c.kind_name());
 }
@@ -441,13 +700,33 @@ void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream
     launch_store_rows<ActiveT, K, ScaleT, 1, 8>(g, p, n, stream);
 }
 
+// int8 on d_k % 32 == 0: the strip kernel; everything else: the per-head kernel.
+template <typename ActiveT, Kind K, typename ScaleT>
+void launch_store_scaled(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
+  if constexpr (K == Kind::int8) {
+    constexpr int kGroups = kFastThreads / 8;
+    if (g.dk % kStripCols == 0 && (g.dv == 8 * kGroups || g.dv == 16 * kGroups)) {
+      const dim3 grid(static_cast<unsigned>(g.HV * (g.dk / kStripCols) + p.conv_blocks),
+                      static_cast<unsigned>(g.L), static_cast<unsigned>(n));
+      if (g.dv == 8 * kGroups)
+        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 8>
+            <<<grid, kFastThreads, 0, stream>>>(p);
+      else
+        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 16>
+            <<<grid, kFastThreads, 0, stream>>>(p);
+      return;
+    }
+  }
+  launch_store<ActiveT, K, ScaleT>(g, p, n, stream);
+}
+
 template <typename ActiveT, Kind K>
 void dispatch_store_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
                           cudaStream_t s) {
   if (c.scale_dtype == ScaleDtype::bf16)
-    launch_store<ActiveT, K, __nv_bfloat16>(g, p, n, s);
+    launch_store_scaled<ActiveT, K, __nv_bfloat16>(g, p, n, s);
   else
-    launch_store<ActiveT, K, float>(g, p, n, s);
+    launch_store_scaled<ActiveT, K, float>(g, p, n, s);
 }
 
 template <typename ActiveT>
@@ -467,34 +746,44 @@ void dispatch_store(const PoolGeometry& g, const CodecParams& p, const Codec& c,
   }
 }
 
+// d_k % 4 == 0 with d_k / 4 dividing 128: the row kernel; everything else: the per-head kernel.
+template <typename ActiveT, Kind K, typename ScaleT>
+void launch_load(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t s) {
+  if (g.dk % 4 == 0 && kFastThreads % (g.dk / 4) == 0) {
+    const int rows_per_run = kFastThreads / (g.dk / 4) * kLoadPasses;
+    const int runs = (g.dv + rows_per_run - 1) / rows_per_run;
+    const dim3 grid(static_cast<unsigned>(g.HV * runs + p.conv_blocks), static_cast<unsigned>(g.L),
+                    static_cast<unsigned>(n));
+    load_rows_kernel<ActiveT, K, ScaleT><<<grid, kFastThreads, 0, s>>>(p, runs);
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
+  load_kernel<ActiveT, K, ScaleT><<<grid, kWarps * 32, 0, s>>>(p);
+}
+
 template <typename ActiveT, Kind K>
 void dispatch_load_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
                          cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
   if (c.scale_dtype == ScaleDtype::bf16)
-    load_kernel<ActiveT, K, __nv_bfloat16><<<grid, kWarps * 32, 0, s>>>(p);
+    launch_load<ActiveT, K, __nv_bfloat16>(g, p, n, s);
   else
-    load_kernel<ActiveT, K, float><<<grid, kWarps * 32, 0, s>>>(p);
+    launch_load<ActiveT, K, float>(g, p, n, s);
 }
 
 template <typename ActiveT>
 void dispatch_load(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
                    cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
   switch (kind_of(c)) {
     case Kind::fp32:
-      load_kernel<ActiveT, Kind::fp32, float><<<grid, kWarps * 32, 0, s>>>(p);
-      return;
+      return launch_load<ActiveT, Kind::fp32, float>(g, p, n, s);
     case Kind::bf16:
-      load_kernel<ActiveT, Kind::bf16, float><<<grid, kWarps * 32, 0, s>>>(p);
-      return;
+      return launch_load<ActiveT, Kind::bf16, float>(g, p, n, s);
     case Kind::int8:
       return dispatch_load_scale<ActiveT, Kind::int8>(g, p, c, n, s);
     case Kind::fp8:
       return dispatch_load_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
     case Kind::fp8_raw:
-      load_kernel<ActiveT, Kind::fp8_raw, float><<<grid, kWarps * 32, 0, s>>>(p);
-      return;
+      return launch_load<ActiveT, Kind::fp8_raw, float>(g, p, n, s);
   }
 }
 
@@ -505,6 +794,7 @@ void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, PoolDt
                       const int32_t* ckpt_slots, int n, int32_t* error_info, cudaStream_t stream) {
   check_geometry(g, codec, ckpt, "checkpoint_store");
   if (n <= 0) return;
+  if (n > 65535) fail("checkpoint_store: at most 65535 slots per launch (got {})", n);
   if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
     fail("checkpoint_store: a required device pointer is null");
   const CodecParams p = make_params(g, active, ckpt, active_slots, ckpt_slots, error_info);
@@ -520,6 +810,7 @@ void checkpoint_load(const PoolGeometry& g, const StatePoolView& ckpt, const Cod
                      const int32_t* active_slots, int n, cudaStream_t stream) {
   check_geometry(g, codec, ckpt, "checkpoint_load");
   if (n <= 0) return;
+  if (n > 65535) fail("checkpoint_load: at most 65535 slots per launch (got {})", n);
   if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
     fail("checkpoint_load: a required device pointer is null");
   const CodecParams p = make_params(g, ckpt, active, ckpt_slots, active_slots, nullptr);

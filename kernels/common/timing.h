@@ -1,6 +1,15 @@
 // GPU timing for benchmarks (STYLE.md habit 11, device METHOD.md): CUDA events around each
-// repeat, the L2 cache flushed before every repeat (a memset of a buffer larger than L2), small
-// launches captured once into a CUDA graph and timed as graph replays, medians reported.
+// repeat, the L2 cache flushed before every repeat, small launches captured once into a CUDA graph
+// and timed as graph replays, medians reported.
+//
+// What a repeat charges: the launch starts from a cold and clean L2, and every byte it writes
+// reaches HBM inside the timed region. Before each repeat a flush *reads* a buffer of several
+// times the L2 size (flushing with a memset would leave L2 full of someone else's dirty lines,
+// and the launch would pay for writing ~60 MB back: about 14 us on an H200, which swamps
+// launches of tens of microseconds). After the launch the same read flush runs again inside the
+// timed region, forcing the launch's own dirty lines out (otherwise up to an L2's worth of its
+// writes would go uncharged); the median time of that flush alone, timed the same way from the
+// same state, is subtracted. Reported time = median(flush + launch + flush) - median(flush).
 #pragma once
 
 #include <functional>
@@ -21,7 +30,7 @@ struct TimingStats {
 
 class GpuTimer {
  public:
-  // flush_bytes: size of the scratch buffer written between repeats (>= 2x the L2 size).
+  // flush_bytes: size of the scratch buffer read between repeats (>= 2x the L2 size).
   explicit GpuTimer(size_t flush_bytes = size_t(256) << 20);
   ~GpuTimer();
   GpuTimer(const GpuTimer&) = delete;
@@ -30,15 +39,18 @@ class GpuTimer {
   cudaStream_t stream() const { return stream_; }
 
   // Times `launch` (which enqueues work on the given stream): one warm-up, then `repeats` timed
-  // runs, each after an L2 flush. With use_graph the launch is captured once into a CUDA graph
+  // runs, each between two L2 flushes, less the median time of a flush (see above). With use_graph the launch is captured once into a CUDA graph
   // and each repeat replays it. Throws statecheck::Error on any CUDA failure.
   TimingStats time(const std::function<void(cudaStream_t)>& launch, int repeats,
                    bool use_graph = true);
 
  private:
+  void flush();  // enqueues the L2 read flush on stream_
+
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   DeviceBuffer<uint8_t> flush_;
+  DeviceBuffer<float> flush_sink_;
 };
 
 // Device-to-device copy bandwidth in GB/s (bytes read + bytes written per second), median of

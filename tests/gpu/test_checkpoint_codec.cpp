@@ -194,6 +194,8 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
 const PoolGeometry kSmall{3, 3, 60, 36, 17};     // d_v = 60, odd conv length (unaligned copies)
 const PoolGeometry kOddK{2, 2, 50, 30, 24};      // d_k not a multiple of 4: scalar path
 const PoolGeometry kQwen{2, 8, 128, 128, 6144};  // two layers of the Qwen3.5 TP-4 shard
+const PoolGeometry kRagged{2, 3, 100, 64, 40};   // fast paths with d_v not a multiple of rows
+const PoolGeometry kTall{1, 2, 256, 64, 8};      // d_v = 256: the store's 16-row-per-thread path
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, CheckpointCodec,
@@ -204,6 +206,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"int8_fp32_scale_fp32_active_oddk", kOddK, "int8_fp32_scale", PoolDtype::fp32},
         Case{"int8_fp32_scale_fp32_active_qwen", kQwen, "int8_fp32_scale", PoolDtype::fp32},
         Case{"int8_bf16_scale_bf16_active_qwen", kQwen, "int8_bf16_scale", PoolDtype::bf16},
+        Case{"int8_fp32_scale_fp32_active_ragged", kRagged, "int8_fp32_scale", PoolDtype::fp32},
+        Case{"int8_bf16_scale_bf16_active_tall", kTall, "int8_bf16_scale", PoolDtype::bf16},
+        Case{"fp8_fp32_scale_bf16_active_ragged", kRagged, "fp8_e4m3_fp32_scale", PoolDtype::bf16},
         Case{"fp8_fp32_scale_fp32_active_small", kSmall, "fp8_e4m3_fp32_scale", PoolDtype::fp32},
         Case{"fp8_bf16_scale_bf16_active_qwen", kQwen, "fp8_e4m3_bf16_scale", PoolDtype::bf16},
         Case{"fp8_raw_fp32_active_small", kSmall, "fp8_e4m3_raw", PoolDtype::fp32},
@@ -244,6 +249,81 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
   const std::vector<uint8_t> got = ckpt.download();
   for (size_t i = 0; i < values.size(); ++i)
     ASSERT_EQ(got[values.size() + i], fp8_e4m3_from_float(values[i])) << "value " << values[i];
+}
+
+// The int8 store's rounding on exact ties and next to them, on a serving shape (the strip kernel
+// with its cheap rounding and exact fallback). Column j's first row holds +-127 / 128, so the
+// column's scale is exactly 2^-7 in fp32 and bf16 and x = (k + 1/2) 2^-7 is a tie (round half to
+// even); the neighbouring floats one ulp either side must round away from the tie's even choice
+// when it lies on their far side. Every byte is compared with the CPU codec.
+TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
+  const PoolGeometry g{1, 2, 128, 128, 0};
+  const size_t head = static_cast<size_t>(g.dv) * g.dk;
+  for (const char* name : {"int8_fp32_scale", "int8_bf16_scale"}) {
+    const Codec c = parse_codec(name);
+    std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
+    for (int h = 0; h < g.HV; ++h)
+      for (int i = 0; i < g.dv; ++i)
+        for (int j = 0; j < g.dk; ++j) {
+          float x;
+          if (i == 0) {
+            x = (j % 2 ? -127.0f : 127.0f) / 128.0f;
+          } else {
+            const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
+            x = (static_cast<float>(k) + 0.5f) / 128.0f;
+            if ((i + j) % 3 == 1) x = std::nextafter(x, 1e9f);
+            if ((i + j) % 3 == 2) x = std::nextafter(x, -1e9f);
+          }
+          pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
+        }
+    Guarded<float> active(pool);
+    Guarded<uint8_t> ckpt(std::vector<uint8_t>(2 * g.HV * head, 0xFF)),
+        scales(std::vector<uint8_t>(2 * g.HV * g.dk * c.scale_bytes(), 0xFF));
+    Guarded<int32_t> one(std::vector<int32_t>{1}), err(std::vector<int32_t>(4, 0));
+    checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
+                     {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
+                     err.data());
+    check_store_error(err.data(), g);
+    const std::vector<uint8_t> got = ckpt.download(), got_scales = scales.download();
+    std::vector<uint8_t> want(head), want_scales(g.dk * c.scale_bytes());
+    for (int h = 0; h < g.HV; ++h) {
+      encode_head(c, pool.data() + (static_cast<size_t>(g.HV) + h) * head, g.dv, g.dk, want.data(),
+                  want_scales.data(), {0, h});
+      for (size_t e = 0; e < head; ++e)
+        ASSERT_EQ(got[(static_cast<size_t>(g.HV) + h) * head + e], want[e])
+            << name << " head " << h << " element [" << e / g.dk << ", " << e % g.dk
+            << "] value " << pool[(static_cast<size_t>(g.HV) + h) * head + e];
+      ASSERT_EQ(0, std::memcmp(got_scales.data() + (g.HV + h) * want_scales.size(),
+                               want_scales.data(), want_scales.size()))
+          << name << " scales of head " << h;
+    }
+  }
+}
+
+// Non-finite values on the serving shape (strip kernel): the store refuses and names the position.
+TEST_F(GpuTest, StoreRefusesNonFiniteOnTheServingShape) {
+  const PoolGeometry g{2, 2, 128, 128, 0};
+  const size_t head = static_cast<size_t>(g.dv) * g.dk;
+  for (const float bad : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> pool(static_cast<size_t>(g.L) * 2 * g.HV * head, 0.01f);
+    // layer 1, slot 1, head 1, row 77, column 45
+    pool[((static_cast<size_t>(1) * 2 + 1) * g.HV + 1) * head + 77 * g.dk + 45] = bad;
+    Guarded<float> active(pool);
+    Guarded<uint8_t> ckpt(std::vector<uint8_t>(pool.size(), 0)),
+        scales(std::vector<uint8_t>(g.L * 2 * g.HV * g.dk * 4, 0));
+    Guarded<int32_t> one(std::vector<int32_t>{1}), err(std::vector<int32_t>(4, 0));
+    const Codec c = parse_codec("int8_fp32_scale");
+    checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
+                     {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
+                     err.data());
+    try {
+      check_store_error(err.data(), g);
+      FAIL() << "a state holding " << bad << " was stored";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 1, head 1, index [77, 45]"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST_F(GpuTest, StoreRefusesNonFiniteWithPosition) {
