@@ -31,17 +31,22 @@ L, HV, DV, DK, CONV = 30, 8, 128, 128, 2048 * 3
 
 
 def timer(fn, repeats, flush):
-    """Median ms of fn, timed as statecheck's GpuTimer does (kernels/common/timing.h): the flush
-    buffer is read before the launch and again after it inside the timed region (so the launch's
-    dirty L2 lines reach HBM), and the median time of that read alone is subtracted."""
+    """(ms, ms_memset_flush): median ms of fn timed as statecheck's GpuTimer does
+    (kernels/common/timing.h): the flush buffer is read before the launch and again after it
+    inside the timed region (so the launch's dirty L2 lines reach HBM), and the median time of
+    that read alone is subtracted; and the median after a memset of the buffer with the launch
+    alone timed (Triton's do_bench convention)."""
     sink = torch.empty((), dtype=torch.float32, device=flush.device)
 
     def read_flush():
-        torch.sum(flush, out=sink)
+        torch.sum(flush, 0, out=sink)
+
+    def events():
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def timed(with_fn):
         read_flush()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, stop = events()
         start.record()
         if with_fn:
             fn()
@@ -50,15 +55,26 @@ def timer(fn, repeats, flush):
         stop.synchronize()
         return start.elapsed_time(stop)
 
+    def timed_memset(r):
+        flush.fill_(float(r & 0xFF))
+        start, stop = events()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop)
+
     fn()  # warm-up (and Triton compilation)
     torch.cuda.synchronize()
-    with_fn, alone = [], []
-    for _ in range(repeats):
+    with_fn, alone, memset = [], [], []
+    for r in range(repeats):
         with_fn.append(timed(True))
         alone.append(timed(False))
+        memset.append(timed_memset(r))
     alone.sort()
     times = sorted(t - alone[len(alone) // 2] for t in with_fn)
-    return times[len(times) // 2]
+    memset.sort()
+    return times[len(times) // 2], memset[len(memset) // 2]
 
 
 def quantize(state, qmax, fp8):
@@ -105,10 +121,11 @@ def bench_codec(dev, repeats, flush, copy_gbps, rows):
                 nbytes = n * L * HV * DV * DK * (active.element_size() + 1) + n * L * HV * DK * scale.element_size() \
                     + 4 * n * L * CONV + 8 * n
                 for op, fn in (("store", store), ("load", load)):
-                    ms = timer(fn, repeats, flush)
+                    ms, ms_memset = timer(fn, repeats, flush)
                     gbps = nbytes / (ms * 1e-3) / 1e9
                     rows.append({"impl": "torch_ops", "name": f"{op}_{codec}_{name}_active_N{n}", "ms": ms,
-                                 "gbps": gbps, "fraction_of_copy": gbps / copy_gbps})
+                                 "gbps": gbps, "fraction_of_copy": gbps / copy_gbps,
+                                 "fraction_of_copy_memset_flush": nbytes / (ms_memset * 1e-3) / 1e9 / copy_gbps})
 
 
 def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
@@ -138,12 +155,13 @@ def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
                 def run():
                     fused_recurrent_gated_delta_rule_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=K ** -0.5, initial_state=h0,
                                                          output_final_state=True, use_qk_l2norm_in_kernel=True)
-            ms = timer(run, repeats, flush)
+            ms, ms_memset = timer(run, repeats, flush)
             per_token = 2 * (2 * H * K + HVx * V) + 4 * (HVx * K if kda else HVx) + 4 * HVx + 2 * HVx * V
             nbytes = 2.0 * B * HVx * K * V * 4 + per_token * B
             gbps = nbytes / (ms * 1e-3) / 1e9
             rows.append({"impl": "fla_fused_recurrent", "name": f"decode_{shape}_fp32_state_B{B}", "ms": ms, "gbps": gbps,
-                         "fraction_of_copy": gbps / copy_gbps})
+                         "fraction_of_copy": gbps / copy_gbps,
+                         "fraction_of_copy_memset_flush": nbytes / (ms_memset * 1e-3) / 1e9 / copy_gbps})
 
 
 def main():
@@ -159,7 +177,7 @@ def main():
     flush = torch.zeros(64 << 20, dtype=torch.float32, device=dev)  # 256 MB
     src = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
-    copy_ms = timer(lambda: dst.copy_(src), args.repeats, flush)
+    copy_ms, _ = timer(lambda: dst.copy_(src), args.repeats, flush)
     copy_gbps = 2 * src.numel() / (copy_ms * 1e-3) / 1e9
     rows = []
     bench_codec(dev, args.repeats, flush, copy_gbps, rows)
@@ -173,13 +191,14 @@ def main():
                 if isinstance(f["bench"][name], h5py.Group) and "gbps" in f["bench"][name]:
                     ours[name] = (float(f["bench"][name]["gbps"][()]), float(f["bench"][name]["fraction_of_copy"][()]))
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}; copy bandwidth {copy_gbps:.1f} GB/s")
-    print(f"{'impl':<20} {'kernel':<40} {'time us':>9} {'GB/s':>8} {'of copy':>8} {'statecheck GB/s':>16} {'speed-up':>9}")
+    print(f"{'impl':<20} {'kernel':<40} {'time us':>9} {'GB/s':>8} {'of copy':>8} {'memset':>8} {'statecheck GB/s':>16} {'speed-up':>9}")
     for r in rows:
         mine = ours.get(r["name"])
         extra = f"{mine[0]:>16.1f} {mine[0] / r['gbps']:>8.1f}x" if mine else ""
         if mine:
             r["statecheck_gbps"], r["speedup"] = mine[0], mine[0] / r["gbps"]
-        print(f"{r['impl']:<20} {r['name']:<40} {r['ms'] * 1e3:>9.1f} {r['gbps']:>8.1f} {100 * r['fraction_of_copy']:>7.1f}% {extra}")
+        print(f"{r['impl']:<20} {r['name']:<40} {r['ms'] * 1e3:>9.1f} {r['gbps']:>8.1f} {100 * r['fraction_of_copy']:>7.1f}% "
+              f"{100 * r['fraction_of_copy_memset_flush']:>7.1f}% {extra}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbps": copy_gbps,

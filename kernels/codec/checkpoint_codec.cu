@@ -62,7 +62,7 @@ __device__ __forceinline__ uint8_t fp8_encode(float x) {
 // How close to a half-integer x * (1/s) may come before the exact quotient must decide. With
 // inv = fl(1/s) and r = fl(x * inv), r = (x / s)(1 + e1)(1 + e2) and fl(x / s) = (x / s)(1 + e3),
 // |e_i| <= 2^-24, so |r - fl(x / s)| <= 3 * 2^-24 * |x / s| + O(2^-48) <= 2.3e-5 for
-// |x / s| <= 127.5 (amax-derived scales; larger quotients clamp, see int8_code_fast). Unless r
+// |x / s| <= 127.5 (amax-derived scales keep it there, see int8_code_fast). Unless r
 // lies within kNearHalf = 2^-14 (6.1e-5) of a half-integer, both round to the same integer.
 constexpr float kNearHalf = 6.103515625e-5f;
 
@@ -76,7 +76,7 @@ constexpr float kNearHalf = 6.103515625e-5f;
 // exact for |r| < 2^22), which is read back as an int. Returns the code in [-127, 127].
 __device__ __forceinline__ int int8_code_quotient(float x, float s, float inv) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  const float r = x * inv;
+  const float r = __fmul_rn(x, inv);     // rounded on its own, never fused into the add
   const float t = r + kMagic;
   const float d = r - (t - kMagic);
   int q;
@@ -396,13 +396,13 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   }
 }
 
-// ---- Fast paths for the serving shapes (d_k = 128 or 64 and the like) ----------------------------
+// ---- Fast paths for the serving shapes (d_k = 128 or 64 and the like)
+// ----------------------------
 //
 // Both run 128-thread blocks, each on a slice of one head, so a launch has many short blocks that
 // keep the memory system busy through their load / reduce / store phases and leave a small tail.
 
 constexpr int kFastThreads = 128;
-constexpr int kStripCols = 32;  // store: key columns per block (a strip of one head)
 constexpr int kLoadPasses = 8;  // load: rows per thread
 
 // IEEE max that returns NaN when either input is NaN (PTX max.NaN), so one column maximum both
@@ -413,14 +413,17 @@ __device__ __forceinline__ float max_nan(float a, float b) {
   return d;
 }
 
-// int8 code of x / s, the cheap way: r = clamp(x * inv, -127, 127); t = r + 1.5 * 2^23 rounds r
-// to the nearest even integer held in t's low mantissa bits, so t's low byte is the code in two's
-// complement. Exact unless r lies within kNearHalf of a half-integer (see there; clamping first
-// changes nothing, as a quotient past +-127 still rounds to at least 127 in magnitude):
-// `near_half` is set in that rare case and the caller redoes the element with the division.
+// int8 code of x / s for an amax-derived scale, the cheap way: t = x * inv + 1.5 * 2^23 (two
+// roundings, no fused multiply-add) rounds r = x * inv to the nearest even integer held in t's low
+// mantissa bits, so t's low byte is the code in two's complement. No clamp is needed: |x| <= amax
+// and s = amax / 127 (fp32 division, then rounded to bf16 at most 2^-8 relative) give
+// |x / s| <= 127 / ((1 - 2^-24)(1 - 2^-8)) < 127.499, and r is within 2.3e-5 of the quotient
+// (int8_code_quotient), so |r| < 127.5: the code is at most 127 in magnitude, as the clamp would
+// leave it. Exact unless r lies within kNearHalf of a half-integer: `near_half` is set in that
+// rare case and the caller redoes the element with the division (and the clamp).
 __device__ __forceinline__ uint32_t int8_code_fast(float x, float inv, bool& near_half) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  const float r = fminf(fmaxf(x * inv, -127.0f), 127.0f);
+  const float r = __fmul_rn(x, inv);     // rounded on its own, never fused into the add
   const float t = r + kMagic;
   const float d = r - (t - kMagic);
   near_half |= fabsf(d) > 0.5f - kNearHalf;
@@ -443,20 +446,40 @@ __device__ __forceinline__ void load4(const __nv_bfloat16* p, float* v) {
   v[2] = __uint_as_float(raw.y << 16), v[3] = __uint_as_float(raw.y & 0xFFFF0000u);
 }
 
+// COLS consecutive elements of an active row as fp32: 16-byte accesses where they fit.
+template <int COLS>
+__device__ __forceinline__ void load_cols(const float* p, float* v) {
+#pragma unroll
+  for (int c = 0; c < COLS; c += 4) load4(p + c, v + c);
+}
+template <int COLS>
+__device__ __forceinline__ void load_cols(const __nv_bfloat16* p, float* v) {
+  if constexpr (COLS == 8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      v[2 * k] = __uint_as_float(w[k] << 16), v[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+  } else {
+#pragma unroll
+    for (int c = 0; c < COLS; c += 4) load4(p + c, v + c);
+  }
+}
+
 // Store, int8: one block per (part, layer, pair) in a 3-D grid (no index division), `part` being
-// a (head, strip of 32 key columns) or a conv chunk. THREADS / 8 row groups: thread t holds
-// columns 4 * (t % 8) .. +3 of the strip for rows t / 8 + (THREADS / 8) r, r < ROWS, in registers
-// (ROWS * THREADS / 8 == d_v exactly, no bounds checks). Column amax: own rows, then the lanes of
-// the warp sharing the columns (shuffles), then the warps (shared memory); one thread per column
-// forms the scale and its reciprocal once and publishes them. A strip containing a non-finite
-// value writes nothing and records its position. Requires d_k % 32 == 0.
-template <typename ActiveT, typename ScaleT, int THREADS, int ROWS>
+// a (head, strip of 8 * COLS key columns) or a conv chunk. THREADS / 8 row groups: thread t holds
+// columns COLS * (t % 8) .. + COLS - 1 of the strip for rows t / 8 + (THREADS / 8) r, r < ROWS,
+// in registers (ROWS * THREADS / 8 == d_v exactly, no bounds checks). Column amax: own rows, then
+// the lanes of the warp sharing the columns (shuffles), then the warps (shared memory); one thread
+// per column forms the scale and its reciprocal once and publishes them. A strip containing a
+// non-finite value writes nothing and records its position. Requires d_k % (8 * COLS) == 0.
+template <typename ActiveT, typename ScaleT, int THREADS, int ROWS, int COLS>
 __global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p) {
-  constexpr int kWarpsHere = THREADS / 32, kGroups = THREADS / 8;
-  __shared__ float warp_amax[kWarpsHere][kStripCols];
-  __shared__ float col_scale[kStripCols], col_inv[kStripCols];
+  constexpr int kWarpsHere = THREADS / 32, kGroups = THREADS / 8, kStrip = 8 * COLS;
+  __shared__ float warp_amax[kWarpsHere][kStrip];
+  __shared__ float col_scale[kStrip], col_inv[kStrip];
   __shared__ int worst;
-  const int strips = p.dk / kStripCols;
+  const int strips = p.dk / kStrip;
   Job job;
   job.part = blockIdx.x, job.layer = blockIdx.y, job.pair = blockIdx.z;
   const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
@@ -465,8 +488,9 @@ __global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p
     return conv_job(p, job, src_slot, dst_slot);
   }
   const int h = job.part / strips;
-  const int strip0 = (job.part - h * strips) * kStripCols;
-  const int j0 = strip0 + 4 * (threadIdx.x & 7);
+  const int strip0 = (job.part - h * strips) * kStrip;
+  const int c0 = COLS * (threadIdx.x & 7);  // first column of this thread within the strip
+  const int j0 = strip0 + c0;
   const int row0 = threadIdx.x >> 3;
   const size_t head = static_cast<size_t>(p.dv) * p.dk;
   const ActiveT* src =
@@ -479,26 +503,32 @@ __global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p
   const int row_step = kGroups * p.dk;  // elements between a thread's rows
   if (threadIdx.x == 0) worst = -1;
 
-  float x[ROWS][4];
-  float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float x[ROWS][COLS];
+  float m[COLS];
+#pragma unroll
+  for (int e = 0; e < COLS; ++e) m[e] = 0.0f;
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    load4(src + r * row_step, x[r]);
+    load_cols<COLS>(src + r * row_step, x[r]);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) m[e] = max_nan(m[e], fabsf(x[r][e]));
+    for (int e = 0; e < COLS; ++e) m[e] = max_nan(m[e], fabsf(x[r][e]));
   }
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
+  for (int e = 0; e < COLS; ++e) {
     m[e] = max_nan(m[e], __shfl_xor_sync(0xFFFFFFFFu, m[e], 8));
     m[e] = max_nan(m[e], __shfl_xor_sync(0xFFFFFFFFu, m[e], 16));
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane < 8)
-    *reinterpret_cast<float4*>(&warp_amax[warp][4 * lane]) = make_float4(m[0], m[1], m[2], m[3]);
+  if (lane < 8) {
+#pragma unroll
+    for (int e = 0; e < COLS; e += 4)
+      *reinterpret_cast<float4*>(&warp_amax[warp][c0 + e]) =
+          make_float4(m[e], m[e + 1], m[e + 2], m[e + 3]);
+  }
   __syncthreads();
   bool finite = true;
   ScaleT sq{};
-  if (threadIdx.x < kStripCols) {  // one thread per column: the scale, once
+  if (threadIdx.x < kStrip) {  // one thread per column: the scale, once
     float c = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarpsHere; ++w) c = max_nan(c, warp_amax[w][threadIdx.x]);
@@ -513,7 +543,7 @@ __global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p
 #pragma unroll
     for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
+      for (int e = 0; e < COLS; ++e)
         if (first < 0 && !isfinite(x[r][e])) first = (row0 + kGroups * r) * p.dk + j0 + e;
     if (first >= 0) atomicMax(&worst, first);
     __syncthreads();
@@ -524,28 +554,39 @@ __global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p
     }
     return;
   }
-  if (threadIdx.x < kStripCols)
-    reinterpret_cast<ScaleT*>(p.dst_scales)[((static_cast<size_t>(job.layer) * p.dst_slots +
-                                               dst_slot) * p.HV + h) * p.dk + strip0 +
-                                             threadIdx.x] = sq;
-  const float4 s4 = *reinterpret_cast<const float4*>(&col_scale[4 * (threadIdx.x & 7)]);
-  const float4 i4 = *reinterpret_cast<const float4*>(&col_inv[4 * (threadIdx.x & 7)]);
-  const float s[4] = {s4.x, s4.y, s4.z, s4.w}, inv[4] = {i4.x, i4.y, i4.z, i4.w};
-  // Quantize row by row; a row with an element near a rounding tie (about 1 row in 2000) is
+  if (threadIdx.x < kStrip)
+    reinterpret_cast<ScaleT*>(
+        p.dst_scales)[((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) *
+                          p.dk +
+                      strip0 + threadIdx.x] = sq;
+  float s[COLS], inv[COLS];
+#pragma unroll
+  for (int e = 0; e < COLS; e += 4) {
+    const float4 a = *reinterpret_cast<const float4*>(&col_scale[c0 + e]);
+    const float4 b = *reinterpret_cast<const float4*>(&col_inv[c0 + e]);
+    s[e] = a.x, s[e + 1] = a.y, s[e + 2] = a.z, s[e + 3] = a.w;
+    inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
+  }
+  // Quantize row by row; a row with an element near a rounding tie (about 1 row in 1000) is
   // redone with the exact quotient. The redo is a real branch, not predicated code: executing
   // the divisions for every element would make the kernel instruction-bound.
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     bool near_half = false;
-    uint32_t q[4];
+    uint32_t q[COLS];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) q[e] = int8_code_fast(x[r][e], inv[e], near_half);
+    for (int e = 0; e < COLS; ++e) q[e] = int8_code_fast(x[r][e], inv[e], near_half);
     if (__builtin_expect(near_half, 0)) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
+      for (int e = 0; e < COLS; ++e)
         q[e] = static_cast<uint32_t>(int8_code_quotient(x[r][e], s[e], inv[e]));
     }
-    *reinterpret_cast<uint32_t*>(dst + r * row_step) = pack_low_bytes(q[0], q[1], q[2], q[3]);
+    if constexpr (COLS == 8) {
+      *reinterpret_cast<uint2*>(dst + r * row_step) = make_uint2(
+          pack_low_bytes(q[0], q[1], q[2], q[3]), pack_low_bytes(q[4], q[5], q[6], q[7]));
+    } else {
+      *reinterpret_cast<uint32_t*>(dst + r * row_step) = pack_low_bytes(q[0], q[1], q[2], q[3]);
+    }
   }
 }
 
@@ -704,15 +745,25 @@ void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream
 template <typename ActiveT, Kind K, typename ScaleT>
 void launch_store_scaled(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
   if constexpr (K == Kind::int8) {
+    // Columns per thread: fp32 active states take 8 (two 16-byte loads per row) where d_k
+    // allows, bf16 ones 4 (one 8-byte load per row): the faster of the two on an H200 for each
+    // (variant timings in results/gpu/). Rows per thread: 8, or 16 for d_v = 256.
     constexpr int kGroups = kFastThreads / 8;
-    if (g.dk % kStripCols == 0 && (g.dv == 8 * kGroups || g.dv == 16 * kGroups)) {
-      const dim3 grid(static_cast<unsigned>(g.HV * (g.dk / kStripCols) + p.conv_blocks),
+    const int cols = sizeof(ActiveT) == 4 && g.dk % 64 == 0 ? 8 : 4;
+    if (g.dk % (8 * cols) == 0 && (g.dv == 8 * kGroups || g.dv == 16 * kGroups)) {
+      const dim3 grid(static_cast<unsigned>(g.HV * (g.dk / (8 * cols)) + p.conv_blocks),
                       static_cast<unsigned>(g.L), static_cast<unsigned>(n));
-      if (g.dv == 8 * kGroups)
-        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 8>
+      if (cols == 8 && g.dv == 8 * kGroups)
+        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 8, 8>
+            <<<grid, kFastThreads, 0, stream>>>(p);
+      else if (cols == 8)
+        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 16, 8>
+            <<<grid, kFastThreads, 0, stream>>>(p);
+      else if (g.dv == 8 * kGroups)
+        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 8, 4>
             <<<grid, kFastThreads, 0, stream>>>(p);
       else
-        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 16>
+        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 16, 4>
             <<<grid, kFastThreads, 0, stream>>>(p);
       return;
     }

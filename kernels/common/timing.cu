@@ -37,8 +37,8 @@ GpuTimer::~GpuTimer() {
 }
 
 void GpuTimer::flush() {
-  flush_l2_kernel<<<kFlushBlocks, 256, 0, stream_>>>(
-      reinterpret_cast<const float4*>(flush_.data()), flush_.bytes() / 16, flush_sink_.data());
+  flush_l2_kernel<<<kFlushBlocks, 256, 0, stream_>>>(reinterpret_cast<const float4*>(flush_.data()),
+                                                     flush_.bytes() / 16, flush_sink_.data());
   STATECHECK_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -71,10 +71,21 @@ TimingStats GpuTimer::time(const std::function<void(cudaStream_t)>& launch, int 
     STATECHECK_CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));
     return static_cast<double>(t);
   };
-  std::vector<double> with, alone;
+  auto timed_memset = [&](int r) {
+    STATECHECK_CUDA_CHECK(cudaMemsetAsync(flush_.data(), r & 0xFF, flush_.bytes(), stream_));
+    STATECHECK_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    run();
+    STATECHECK_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    STATECHECK_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float t = 0;
+    STATECHECK_CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));
+    return static_cast<double>(t);
+  };
+  std::vector<double> with, alone, memset_flush;
   for (int r = 0; r < repeats; ++r) {
     with.push_back(timed(true));
     alone.push_back(timed(false));
+    memset_flush.push_back(timed_memset(r));
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -91,6 +102,7 @@ TimingStats GpuTimer::time(const std::function<void(cudaStream_t)>& launch, int 
   s.median_ms = ms[ms.size() / 2];
   s.min_ms = ms.front();
   s.max_ms = ms.back();
+  s.memset_flush_median_ms = median(memset_flush);
   return s;
 }
 

@@ -291,8 +291,8 @@ TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
                   want_scales.data(), {0, h});
       for (size_t e = 0; e < head; ++e)
         ASSERT_EQ(got[(static_cast<size_t>(g.HV) + h) * head + e], want[e])
-            << name << " head " << h << " element [" << e / g.dk << ", " << e % g.dk
-            << "] value " << pool[(static_cast<size_t>(g.HV) + h) * head + e];
+            << name << " head " << h << " element [" << e / g.dk << ", " << e % g.dk << "] value "
+            << pool[(static_cast<size_t>(g.HV) + h) * head + e];
       ASSERT_EQ(0, std::memcmp(got_scales.data() + (g.HV + h) * want_scales.size(),
                                want_scales.data(), want_scales.size()))
           << name << " scales of head " << h;
