@@ -102,28 +102,34 @@ __device__ __forceinline__ float fp8_decode(uint8_t c) {
   return __half2float(__half(h));
 }
 
-// Value bytes of one element in the checkpoint for a kind.
+// Value bytes of one element in the checkpoint for a kind (T), and the raw bytes of four
+// consecutive ones as one register-sized load (Raw4).
 template <Kind K>
 struct CkptValue;
 template <>
 struct CkptValue<Kind::fp32> {
   using T = float;
+  using Raw4 = float4;
 };
 template <>
 struct CkptValue<Kind::bf16> {
   using T = __nv_bfloat16;
+  using Raw4 = uint2;
 };
 template <>
 struct CkptValue<Kind::int8> {
   using T = int8_t;
+  using Raw4 = uint32_t;
 };
 template <>
 struct CkptValue<Kind::fp8> {
   using T = uint8_t;
+  using Raw4 = uint32_t;
 };
 template <>
 struct CkptValue<Kind::fp8_raw> {
   using T = uint8_t;
+  using Raw4 = uint32_t;
 };
 
 struct Job {
@@ -611,29 +617,6 @@ __device__ __forceinline__ void ckpt_values4(const typename CkptValue<K>::T* p, 
   }
 }
 
-template <Kind K>
-struct Raw4;  // the raw bytes of four checkpoint values
-template <>
-struct Raw4<Kind::int8> {
-  using T = uint32_t;
-};
-template <>
-struct Raw4<Kind::fp8> {
-  using T = uint32_t;
-};
-template <>
-struct Raw4<Kind::fp8_raw> {
-  using T = uint32_t;
-};
-template <>
-struct Raw4<Kind::bf16> {
-  using T = uint2;
-};
-template <>
-struct Raw4<Kind::fp32> {
-  using T = float4;
-};
-
 // Load: one block per (part, layer, pair) in a 3-D grid, `part` being a (head, run of rows) or a
 // conv chunk; 128 threads. With G = d_k / 4 lanes per
 // row, thread t owns columns 4 (t % G) .. +3 (so its scales sit in registers) and rows
@@ -642,7 +625,7 @@ struct Raw4<Kind::fp32> {
 template <typename ActiveT, Kind K, typename ScaleT>
 __global__ void __launch_bounds__(kFastThreads) load_rows_kernel(CodecParams p, int runs) {
   using ValueT = typename CkptValue<K>::T;
-  using RawT = typename Raw4<K>::T;
+  using RawT = typename CkptValue<K>::Raw4;
   constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
   Job job;
   job.part = blockIdx.x, job.layer = blockIdx.y, job.pair = blockIdx.z;

@@ -29,16 +29,19 @@ int stream_blocks() {
 
 }  // namespace
 
+void read_stream(const void* data, size_t bytes, float* sink, int blocks, cudaStream_t stream) {
+  read_stream_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float4*>(data), bytes / 16,
+                                                 sink);
+  STATECHECK_CUDA_CHECK(cudaGetLastError());
+}
+
 double measure_read_gbps(GpuTimer& timer, size_t bytes, int repeats) {
   DeviceBuffer<uint8_t> buf(bytes);
   DeviceBuffer<float> sink(stream_blocks());
   STATECHECK_CUDA_CHECK(cudaMemset(buf.data(), 0, bytes));
   const size_t n = bytes / 16;
   const TimingStats t = timer.time(
-      [&](cudaStream_t s) {
-        read_stream_kernel<<<stream_blocks(), 256, 0, s>>>(
-            reinterpret_cast<const float4*>(buf.data()), n, sink.data());
-      },
+      [&](cudaStream_t s) { read_stream(buf.data(), n * 16, sink.data(), stream_blocks(), s); },
       repeats);
   return static_cast<double>(n * 16) / (t.median_ms * 1e-3) / 1e9;
 }

@@ -1,23 +1,12 @@
 #include "kernels/common/timing.h"
 
+#include "kernels/common/bandwidth.h"
+
 #include <algorithm>
 
 namespace statecheck::cuda {
 
 namespace {
-
-// Reads `n` 16-byte words (a grid-stride sum, stored only in a case that never happens, so the
-// loads stay). Reading evicts whatever L2 held, writing dirty lines back now, and leaves it full
-// of clean lines that later kernels drop for free.
-__global__ void flush_l2_kernel(const float4* __restrict__ in, size_t n, float* out) {
-  float acc = 0.0f;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float4 v = in[i];
-    acc += v.x + v.y + v.z + v.w;
-  }
-  if (acc == 12345.678f) out[blockIdx.x] = acc;
-}
 
 constexpr int kFlushBlocks = 1024;
 
@@ -37,9 +26,9 @@ GpuTimer::~GpuTimer() {
 }
 
 void GpuTimer::flush() {
-  flush_l2_kernel<<<kFlushBlocks, 256, 0, stream_>>>(reinterpret_cast<const float4*>(flush_.data()),
-                                                     flush_.bytes() / 16, flush_sink_.data());
-  STATECHECK_CUDA_CHECK(cudaGetLastError());
+  // Reading evicts whatever L2 held (writing dirty lines back now) and leaves it full of clean
+  // lines that later kernels drop for free.
+  read_stream(flush_.data(), flush_.bytes(), flush_sink_.data(), kFlushBlocks, stream_);
 }
 
 TimingStats GpuTimer::time(const std::function<void(cudaStream_t)>& launch, int repeats,

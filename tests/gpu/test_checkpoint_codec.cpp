@@ -300,37 +300,13 @@ TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
   }
 }
 
-// Non-finite values on the serving shape (strip kernel): the store refuses and names the position.
-TEST_F(GpuTest, StoreRefusesNonFiniteOnTheServingShape) {
-  const PoolGeometry g{2, 2, 128, 128, 0};
-  const size_t head = static_cast<size_t>(g.dv) * g.dk;
-  for (const float bad : {NAN, INFINITY, -INFINITY}) {
-    std::vector<float> pool(static_cast<size_t>(g.L) * 2 * g.HV * head, 0.01f);
-    // layer 1, slot 1, head 1, row 77, column 45
-    pool[((static_cast<size_t>(1) * 2 + 1) * g.HV + 1) * head + 77 * g.dk + 45] = bad;
-    Guarded<float> active(pool);
-    Guarded<uint8_t> ckpt(std::vector<uint8_t>(pool.size(), 0)),
-        scales(std::vector<uint8_t>(g.L * 2 * g.HV * g.dk * 4, 0));
-    Guarded<int32_t> one(std::vector<int32_t>{1}), err(std::vector<int32_t>(4, 0));
-    const Codec c = parse_codec("int8_fp32_scale");
-    checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
-                     {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
-                     err.data());
-    try {
-      check_store_error(err.data(), g);
-      FAIL() << "a state holding " << bad << " was stored";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("layer 1, head 1, index [77, 45]"), std::string::npos)
-          << e.what();
-    }
-  }
-}
-
-TEST_F(GpuTest, StoreRefusesNonFiniteWithPosition) {
-  const PoolGeometry g{2, 3, 8, 4, 0};
-  std::vector<float> pool(static_cast<size_t>(g.L) * 2 * g.HV * g.dv * g.dk, 0.01f);
-  // layer 1, slot 1, head 2, row 3, column 1
-  pool[((static_cast<size_t>(1) * 2 + 1) * g.HV + 2) * g.dv * g.dk + 3 * g.dk + 1] = NAN;
+// Stores a two-slot pool whose slot 1 holds 0.01 everywhere except `bad` at (layer, head, row,
+// col) and expects the store to refuse it with that position in the message.
+void expect_store_refuses(const PoolGeometry& g, float bad, int layer, int head, int row, int col) {
+  const size_t head_elems = static_cast<size_t>(g.dv) * g.dk;
+  std::vector<float> pool(static_cast<size_t>(g.L) * 2 * g.HV * head_elems, 0.01f);
+  pool[((static_cast<size_t>(layer) * 2 + 1) * g.HV + head) * head_elems +
+       static_cast<size_t>(row) * g.dk + col] = bad;
   Guarded<float> active(pool);
   Guarded<uint8_t> ckpt(std::vector<uint8_t>(pool.size(), 0)),
       scales(std::vector<uint8_t>(g.L * 2 * g.HV * g.dk * 4, 0));
@@ -339,13 +315,21 @@ TEST_F(GpuTest, StoreRefusesNonFiniteWithPosition) {
   checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
                    {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
                    err.data());
+  const std::string where = "layer " + std::to_string(layer) + ", head " + std::to_string(head) +
+                            ", index [" + std::to_string(row) + ", " + std::to_string(col) + "]";
   try {
     check_store_error(err.data(), g);
-    FAIL() << "a NaN state was stored";
+    FAIL() << "a state holding " << bad << " at " << where << " was stored";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1, head 2, index [3, 1]"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
   }
+}
+
+// The per-head kernel (d_k = 4) and the strip kernel (the serving shape), NaN and +-Inf.
+TEST_F(GpuTest, StoreRefusesNonFiniteWithPosition) {
+  expect_store_refuses({2, 3, 8, 4, 0}, NAN, 1, 2, 3, 1);
+  for (const float bad : {NAN, INFINITY, -INFINITY})
+    expect_store_refuses({2, 2, 128, 128, 0}, bad, 1, 1, 77, 45);
 }
 
 }  // namespace
