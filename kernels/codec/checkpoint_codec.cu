@@ -460,30 +460,26 @@ __device__ __forceinline__ void load_cols(const float* p, float* v) {
 }
 template <int COLS>
 __device__ __forceinline__ void load_cols(const __nv_bfloat16* p, float* v) {
-  if constexpr (COLS == 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      v[2 * k] = __uint_as_float(w[k] << 16), v[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
-  } else {
-#pragma unroll
-    for (int c = 0; c < COLS; c += 4) load4(p + c, v + c);
-  }
+  for (int c = 0; c < COLS; c += 4) load4(p + c, v + c);
 }
 
-// Store, int8: one block per (part, layer, pair) in a 3-D grid (no index division), `part` being
+// Store, int8 or fp8_e4m3 (K): one block per (part, layer, pair) in a 3-D grid (no index
+// division), `part` being
 // a (head, strip of 8 * COLS key columns) or a conv chunk. THREADS / 8 row groups: thread t holds
 // columns COLS * (t % 8) .. + COLS - 1 of the strip for rows t / 8 + (THREADS / 8) r, r < ROWS,
 // in registers (ROWS * THREADS / 8 == d_v exactly, no bounds checks). Column amax: own rows, then
 // the lanes of the warp sharing the columns (shuffles), then the warps (shared memory); one thread
 // per column forms the scale and its reciprocal once and publishes them. A strip containing a
 // non-finite value writes nothing and records its position. Requires d_k % (8 * COLS) == 0.
-template <typename ActiveT, typename ScaleT, int THREADS, int ROWS, int COLS>
-__global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p) {
+template <typename ActiveT, typename ScaleT, Kind K, int THREADS, int ROWS, int COLS>
+__global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams p) {
+  static_assert(K == Kind::int8 || K == Kind::fp8, "scaled codecs only");
   constexpr int kWarpsHere = THREADS / 32, kGroups = THREADS / 8, kStrip = 8 * COLS;
-  __shared__ float warp_amax[kWarpsHere][kStrip];
-  __shared__ float col_scale[kStrip], col_inv[kStrip];
+  constexpr float kCodeMax = K == Kind::int8 ? 127.0f : 448.0f;
+  __shared__ __align__(16) float warp_amax[kWarpsHere][kStrip];  // read and written as float4
+  __shared__ __align__(16) float col_scale[kStrip];
+  __shared__ __align__(16) float col_inv[kStrip];
   __shared__ int worst;
   const int strips = p.dk / kStrip;
   Job job;
@@ -539,7 +535,7 @@ __global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p
 #pragma unroll
     for (int w = 0; w < kWarpsHere; ++w) c = max_nan(c, warp_amax[w][threadIdx.x]);
     finite = isfinite(c);
-    sq = from_float<ScaleT>(fmaxf(c, 1e-8f) / 127.0f);
+    sq = from_float<ScaleT>(fmaxf(c, 1e-8f) / kCodeMax);
     col_scale[threadIdx.x] = to_float<ScaleT>(sq);
     col_inv[threadIdx.x] = 1.0f / col_scale[threadIdx.x];
   }
@@ -573,19 +569,25 @@ __global__ void __launch_bounds__(THREADS) store_int8_strip_kernel(CodecParams p
     s[e] = a.x, s[e + 1] = a.y, s[e + 2] = a.z, s[e + 3] = a.w;
     inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
   }
-  // Quantize row by row; a row with an element near a rounding tie (about 1 row in 1000) is
-  // redone with the exact quotient. The redo is a real branch, not predicated code: executing
-  // the divisions for every element would make the kernel instruction-bound.
+  // Quantize row by row. int8: a row with an element near a rounding tie (about one warp-row in
+  // 60 with 4 columns per thread, 30 with 8) is redone with the exact quotient. The redo is a real
+  // branch, not predicated code: executing the divisions for every element would make the kernel
+  // instruction-bound.
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    bool near_half = false;
     uint32_t q[COLS];
+    if constexpr (K == Kind::int8) {
+      bool near_half = false;
 #pragma unroll
-    for (int e = 0; e < COLS; ++e) q[e] = int8_code_fast(x[r][e], inv[e], near_half);
-    if (__builtin_expect(near_half, 0)) {
+      for (int e = 0; e < COLS; ++e) q[e] = int8_code_fast(x[r][e], inv[e], near_half);
+      if (__builtin_expect(near_half, 0)) {
 #pragma unroll
-      for (int e = 0; e < COLS; ++e)
-        q[e] = static_cast<uint32_t>(int8_code_quotient(x[r][e], s[e], inv[e]));
+        for (int e = 0; e < COLS; ++e)
+          q[e] = static_cast<uint32_t>(int8_code_quotient(x[r][e], s[e], inv[e]));
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < COLS; ++e) q[e] = fp8_encode_quotient(x[r][e], s[e], inv[e]);
     }
     if constexpr (COLS == 8) {
       *reinterpret_cast<uint2*>(dst + r * row_step) = make_uint2(
@@ -724,10 +726,11 @@ void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream
     launch_store_rows<ActiveT, K, ScaleT, 1, 8>(g, p, n, stream);
 }
 
-// int8 on d_k % 32 == 0: the strip kernel; everything else: the per-head kernel.
+// int8 and fp8_e4m3 on d_k % 32 == 0 and d_v 128 or 256: the strip kernel; everything else: the
+// per-head kernel.
 template <typename ActiveT, Kind K, typename ScaleT>
 void launch_store_scaled(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
-  if constexpr (K == Kind::int8) {
+  if constexpr (K == Kind::int8 || K == Kind::fp8) {
     // Columns per thread: fp32 active states take 8 (two 16-byte loads per row) where d_k
     // allows, bf16 ones 4 (one 8-byte load per row): the faster of the two on an H200 for each
     // (variant timings in results/gpu/). Rows per thread: 8, or 16 for d_v = 256.
@@ -737,16 +740,16 @@ void launch_store_scaled(const PoolGeometry& g, const CodecParams& p, int n, cud
       const dim3 grid(static_cast<unsigned>(g.HV * (g.dk / (8 * cols)) + p.conv_blocks),
                       static_cast<unsigned>(g.L), static_cast<unsigned>(n));
       if (cols == 8 && g.dv == 8 * kGroups)
-        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 8, 8>
+        store_scaled_strip_kernel<ActiveT, ScaleT, K, kFastThreads, 8, 8>
             <<<grid, kFastThreads, 0, stream>>>(p);
       else if (cols == 8)
-        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 16, 8>
+        store_scaled_strip_kernel<ActiveT, ScaleT, K, kFastThreads, 16, 8>
             <<<grid, kFastThreads, 0, stream>>>(p);
       else if (g.dv == 8 * kGroups)
-        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 8, 4>
+        store_scaled_strip_kernel<ActiveT, ScaleT, K, kFastThreads, 8, 4>
             <<<grid, kFastThreads, 0, stream>>>(p);
       else
-        store_int8_strip_kernel<ActiveT, ScaleT, kFastThreads, 16, 4>
+        store_scaled_strip_kernel<ActiveT, ScaleT, K, kFastThreads, 16, 4>
             <<<grid, kFastThreads, 0, stream>>>(p);
       return;
     }

@@ -196,6 +196,9 @@ const PoolGeometry kOddK{2, 2, 50, 30, 24};      // d_k not a multiple of 4: sca
 const PoolGeometry kQwen{2, 8, 128, 128, 6144};  // two layers of the Qwen3.5 TP-4 shard
 const PoolGeometry kRagged{2, 3, 100, 64, 40};   // fast paths with d_v not a multiple of rows
 const PoolGeometry kTall{1, 2, 256, 64, 8};      // d_v = 256: the store's 16-row-per-thread path
+const PoolGeometry kK96{1, 2, 128, 96, 8};       // d_k % 64 != 0: 4 columns per thread for fp32
+const PoolGeometry kWideK{1, 2, 64, 256, 8};     // d_k = 256: the load's 64 lanes per row
+const PoolGeometry kK32{1, 2, 64, 32, 8};        // d_k = 32: the load's 8 lanes per row, one run
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, CheckpointCodec,
@@ -209,6 +212,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"int8_fp32_scale_fp32_active_ragged", kRagged, "int8_fp32_scale", PoolDtype::fp32},
         Case{"int8_bf16_scale_bf16_active_tall", kTall, "int8_bf16_scale", PoolDtype::bf16},
         Case{"fp8_fp32_scale_bf16_active_ragged", kRagged, "fp8_e4m3_fp32_scale", PoolDtype::bf16},
+        Case{"int8_fp32_scale_fp32_active_tall", kTall, "int8_fp32_scale", PoolDtype::fp32},
+        Case{"int8_bf16_scale_fp32_active_k96", kK96, "int8_bf16_scale", PoolDtype::fp32},
+        Case{"int8_fp32_scale_bf16_active_qwen", kQwen, "int8_fp32_scale", PoolDtype::bf16},
+        Case{"int8_bf16_scale_fp32_active_widek", kWideK, "int8_bf16_scale", PoolDtype::fp32},
+        Case{"int8_fp32_scale_fp32_active_k32", kK32, "int8_fp32_scale", PoolDtype::fp32},
+        Case{"fp8_fp32_scale_fp32_active_qwen", kQwen, "fp8_e4m3_fp32_scale", PoolDtype::fp32},
+        Case{"fp8_raw_bf16_active_qwen", kQwen, "fp8_e4m3_raw", PoolDtype::bf16},
+        Case{"bf16_copy_bf16_active_qwen", kQwen, "bf16", PoolDtype::bf16},
         Case{"fp8_fp32_scale_fp32_active_small", kSmall, "fp8_e4m3_fp32_scale", PoolDtype::fp32},
         Case{"fp8_bf16_scale_bf16_active_qwen", kQwen, "fp8_e4m3_bf16_scale", PoolDtype::bf16},
         Case{"fp8_raw_fp32_active_small", kSmall, "fp8_e4m3_raw", PoolDtype::fp32},
@@ -252,10 +263,12 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
 }
 
 // The int8 store's rounding on exact ties and next to them, on a serving shape (the strip kernel
-// with its cheap rounding and exact fallback). Column j's first row holds +-127 / 128, so the
-// column's scale is exactly 2^-7 in fp32 and bf16 and x = (k + 1/2) 2^-7 is a tie (round half to
-// even); the neighbouring floats one ulp either side must round away from the tie's even choice
-// when it lies on their far side. Every byte is compared with the CPU codec.
+// with its cheap rounding and exact fallback). In the first half of the columns row 0 holds
+// +-127 / 128, so the column's scale is exactly 2^-7 in fp32 and bf16 and x = (k + 1/2) 2^-7 is a
+// tie (round half to even); the floats one ulp either side must round away from it. In the second
+// half the scale is fl(0.77 / 127), not a power of two, and x lies within two ulps of
+// (k + 1/2) s, where the product x * (1/s) and the quotient x / s can round to different sides
+// of the half. Every byte is compared with the CPU codec.
 TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
   const PoolGeometry g{1, 2, 128, 128, 0};
   const size_t head = static_cast<size_t>(g.dv) * g.dk;
@@ -266,13 +279,25 @@ TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
       for (int i = 0; i < g.dv; ++i)
         for (int j = 0; j < g.dk; ++j) {
           float x;
-          if (i == 0) {
-            x = (j % 2 ? -127.0f : 127.0f) / 128.0f;
-          } else {
-            const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
-            x = (static_cast<float>(k) + 0.5f) / 128.0f;
-            if ((i + j) % 3 == 1) x = std::nextafter(x, 1e9f);
-            if ((i + j) % 3 == 2) x = std::nextafter(x, -1e9f);
+          const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
+          if (j < g.dk / 2) {  // exact ties of the exact scale 2^-7, and one ulp either side
+            if (i == 0) {
+              x = (j % 2 ? -127.0f : 127.0f) / 128.0f;
+            } else {
+              x = (static_cast<float>(k) + 0.5f) / 128.0f;
+              if ((i + j) % 3 == 1) x = std::nextafter(x, 1e9f);
+              if ((i + j) % 3 == 2) x = std::nextafter(x, -1e9f);
+            }
+          } else {  // amax 0.77: the fp32 scale fl(0.77 / 127) is no power of two, so x * (1/s)
+                    // and x / s round apart; values within two ulps of (k + 1/2) s
+            const float s = 0.77f / 127.0f;
+            if (i == 0) {
+              x = j % 2 ? -0.77f : 0.77f;
+            } else {
+              x = (static_cast<float>(k) + 0.5f) * s;
+              for (int u = (i + j) % 5 - 2; u != 0; u += u > 0 ? -1 : 1)
+                x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
+            }
           }
           pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
         }
