@@ -330,10 +330,10 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.attr(g, "repeats", static_cast<int64_t>(repeats));
   file.attr(
       g, "timing",
-      std::string("CUDA events, CUDA graph replay, medians; median_ms: L2 flushed by a 256 MB "
+      std::string("CUDA events, CUDA graph replay, medians; median_ms: L2 flushed by a 512 MB "
                   "read before the launch and again inside the timed region after it, less "
                   "that read's own time (a launch pays its own bytes to HBM); "
-                  "median_ms_memset_flush: after a 256 MB memset, launch only (the "
+                  "median_ms_memset_flush: after a 512 MB memset, launch only (the "
                   "Triton do_bench convention; charges the flush's dirty lines)"));
   file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s",
                     "device-to-device cudaMemcpy, bytes read + written / median time");

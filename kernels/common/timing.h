@@ -8,8 +8,10 @@
 // and the launch would pay for writing ~60 MB back: about 14 us on an H200, which swamps
 // launches of tens of microseconds). After the launch the same read flush runs again inside the
 // timed region, forcing the launch's own dirty lines out (otherwise up to an L2's worth of its
-// writes would go uncharged); the median time of that flush alone, timed the same way from the
-// same state, is subtracted. Reported time = median(flush + launch + flush) - median(flush).
+// writes would go uncharged); the median time of that flush alone, timed the same way, is
+// subtracted: reported time = median(launch + flush) - median(flush), both timed right
+// after a flush. min_ms / max_ms are single repeats less that median, so for launches much
+// shorter than the flush's jitter they can come out near zero or below.
 #pragma once
 
 #include <functional>
@@ -23,9 +25,9 @@ namespace statecheck::cuda {
 
 struct TimingStats {
   double median_ms = 0.0;  // the method above
-  // The same launch timed the way Triton's do_bench does it: a 256 MB memset, then the launch
-  // alone between the events. Reported next to median_ms so figures can be compared with public
-  // ones; it charges each launch the flush's dirty lines and leaves the launch's own unpaid.
+  // The same launch timed the way Triton's do_bench does it: a memset of the flush buffer, then the
+  // launch alone between the events. Reported next to median_ms so figures can be compared with
+  // public ones; it charges each launch the flush's dirty lines and leaves the launch's own unpaid.
   double memset_flush_median_ms = 0.0;
   double min_ms = 0.0;
   double max_ms = 0.0;
