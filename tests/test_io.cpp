@@ -10,8 +10,10 @@
 #include "core/io/states_file.h"
 #include "core/io/summary.h"
 #include "core/util/error.h"
+#include "tests/error_of.h"
 
 using namespace statecheck;
+using statecheck::test_support::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -21,15 +23,6 @@ std::string temp_path(const std::string& name) {
       fs::temp_directory_path() / ("statecheck_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return (dir / name).string();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TensorToWrite pattern(std::vector<size_t> shape, const std::string& dtype) {

@@ -22,8 +22,10 @@
 #include "core/util/error.h"
 #include "core/util/rng.h"
 #include "experiments/experiment.h"
+#include "tests/error_of.h"
 
 using namespace statecheck;
+using statecheck::test_support::error_of;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -36,15 +38,6 @@ std::string temp_dir(const std::string& name) {
       fs::temp_directory_path() / ("statecheck_tinylm_" + std::to_string(::getpid())) / name;
   fs::create_directories(dir);
   return dir.string();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Config files the golden tests run on: the shipped model and, when shipped, the KDA test model.

@@ -367,17 +367,9 @@ void StateCache::cache_finished(CacheRequest& r, const int32_t* tokens) {
   const int64_t committed = r.kv_len;
   const int64_t cache_len =
       cfg_.strategy == CacheStrategy::no_buffer ? committed : r.last_track_len;
-  auto finish_without_insert = [&] {
-    kv_.free(r.kv_len - r.protected_len);
-    r.kv_len = r.protected_len;
-    free_request_slots(r, kNoSlot);
-    tree_.unlock(r.last_node);
-    r.last_node = RadixTree::kRoot;
-    r.admitted = false;
-  };
   if (cache_len <= r.protected_len) {  // nothing tracked, or nothing beyond the cached prefix
     ++counters_.empty_finishes;
-    finish_without_insert();
+    release(r);  // finish without an insert
     return;
   }
   kv_.free(committed - cache_len);
@@ -396,7 +388,7 @@ void StateCache::cache_finished(CacheRequest& r, const int32_t* tokens) {
     state = alloc_cached_slot_evicting();
     if (state == kNoSlot) {
       ++counters_.skipped_donations;
-      finish_without_insert();
+      release(r);  // finish without an insert
       return;
     }
     ckpt_.store_from_active(active_, src, state);

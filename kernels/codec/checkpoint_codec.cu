@@ -715,7 +715,8 @@ void launch_store_rows(const PoolGeometry& g, const CodecParams& p, int n, cudaS
 }
 
 template <typename ActiveT, Kind K, typename ScaleT>
-void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
+void launch_store_per_head(const PoolGeometry& g, const CodecParams& p, int n,
+                           cudaStream_t stream) {
   if (g.dk % 4 == 0 && g.dk <= 128)
     launch_store_rows<ActiveT, K, ScaleT, 4, 1>(g, p, n, stream);
   else if (g.dk % 4 == 0)
@@ -729,7 +730,7 @@ void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream
 // int8 and fp8_e4m3 on d_k % 32 == 0 and d_v 128 or 256: the strip kernel; everything else: the
 // per-head kernel.
 template <typename ActiveT, Kind K, typename ScaleT>
-void launch_store_scaled(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
+void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
   if constexpr (K == Kind::int8 || K == Kind::fp8) {
     // Columns per thread: fp32 active states take 8 (two 16-byte loads per row) where d_k
     // allows, bf16 ones 4 (one 8-byte load per row): the faster of the two on an H200 for each
@@ -754,33 +755,7 @@ void launch_store_scaled(const PoolGeometry& g, const CodecParams& p, int n, cud
       return;
     }
   }
-  launch_store<ActiveT, K, ScaleT>(g, p, n, stream);
-}
-
-template <typename ActiveT, Kind K>
-void dispatch_store_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
-                          cudaStream_t s) {
-  if (c.scale_dtype == ScaleDtype::bf16)
-    launch_store_scaled<ActiveT, K, __nv_bfloat16>(g, p, n, s);
-  else
-    launch_store_scaled<ActiveT, K, float>(g, p, n, s);
-}
-
-template <typename ActiveT>
-void dispatch_store(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
-                    cudaStream_t s) {
-  switch (kind_of(c)) {
-    case Kind::fp32:
-      return launch_store<ActiveT, Kind::fp32, float>(g, p, n, s);
-    case Kind::bf16:
-      return launch_store<ActiveT, Kind::bf16, float>(g, p, n, s);
-    case Kind::int8:
-      return dispatch_store_scale<ActiveT, Kind::int8>(g, p, c, n, s);
-    case Kind::fp8:
-      return dispatch_store_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
-    case Kind::fp8_raw:
-      return launch_store<ActiveT, Kind::fp8_raw, float>(g, p, n, s);
-  }
+  launch_store_per_head<ActiveT, K, ScaleT>(g, p, n, stream);
 }
 
 // d_k % 4 == 0 with d_k / 4 dividing 128: the row kernel; everything else: the per-head kernel.
@@ -798,30 +773,45 @@ void launch_load(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_
   load_kernel<ActiveT, K, ScaleT><<<grid, kWarps * 32, 0, s>>>(p);
 }
 
-template <typename ActiveT, Kind K>
-void dispatch_load_scale(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
-                         cudaStream_t s) {
-  if (c.scale_dtype == ScaleDtype::bf16)
-    launch_load<ActiveT, K, __nv_bfloat16>(g, p, n, s);
-  else
-    launch_load<ActiveT, K, float>(g, p, n, s);
-}
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+template <Kind K>
+struct KindTag {
+  static constexpr Kind value = K;
+};
 
-template <typename ActiveT>
-void dispatch_load(const PoolGeometry& g, const CodecParams& p, const Codec& c, int n,
-                   cudaStream_t s) {
-  switch (kind_of(c)) {
-    case Kind::fp32:
-      return launch_load<ActiveT, Kind::fp32, float>(g, p, n, s);
-    case Kind::bf16:
-      return launch_load<ActiveT, Kind::bf16, float>(g, p, n, s);
-    case Kind::int8:
-      return dispatch_load_scale<ActiveT, Kind::int8>(g, p, c, n, s);
-    case Kind::fp8:
-      return dispatch_load_scale<ActiveT, Kind::fp8>(g, p, c, n, s);
-    case Kind::fp8_raw:
-      return launch_load<ActiveT, Kind::fp8_raw, float>(g, p, n, s);
-  }
+// Turns the runtime choices of a launch (active dtype, codec kind, scale dtype) into template
+// arguments, in one place for store and load: calls f(TypeTag<ActiveT>, KindTag<K>,
+// TypeTag<ScaleT>), with ScaleT float for the codecs without scales.
+template <typename F>
+void dispatch(PoolDtype active_dtype, const Codec& c, F&& f) {
+  auto with_active = [&](auto active) {
+    auto with_kind = [&](auto kind) {
+      constexpr Kind K = decltype(kind)::value;
+      if constexpr (K == Kind::int8 || K == Kind::fp8) {
+        if (c.scale_dtype == ScaleDtype::bf16) return f(active, kind, TypeTag<__nv_bfloat16>{});
+      }
+      return f(active, kind, TypeTag<float>{});
+    };
+    switch (kind_of(c)) {
+      case Kind::fp32:
+        return with_kind(KindTag<Kind::fp32>{});
+      case Kind::bf16:
+        return with_kind(KindTag<Kind::bf16>{});
+      case Kind::int8:
+        return with_kind(KindTag<Kind::int8>{});
+      case Kind::fp8:
+        return with_kind(KindTag<Kind::fp8>{});
+      case Kind::fp8_raw:
+        return with_kind(KindTag<Kind::fp8_raw>{});
+    }
+  };
+  if (active_dtype == PoolDtype::fp32)
+    with_active(TypeTag<float>{});
+  else
+    with_active(TypeTag<__nv_bfloat16>{});
 }
 
 }  // namespace
@@ -835,10 +825,10 @@ void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, PoolDt
   if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
     fail("checkpoint_store: a required device pointer is null");
   const CodecParams p = make_params(g, active, ckpt, active_slots, ckpt_slots, error_info);
-  if (active_dtype == PoolDtype::fp32)
-    dispatch_store<float>(g, p, codec, n, stream);
-  else
-    dispatch_store<__nv_bfloat16>(g, p, codec, n, stream);
+  dispatch(active_dtype, codec, [&](auto active, auto kind, auto scale) {
+    launch_store<typename decltype(active)::type, decltype(kind)::value,
+                 typename decltype(scale)::type>(g, p, n, stream);
+  });
   STATECHECK_CUDA_CHECK_LAUNCH("store_kernel");
 }
 
@@ -851,10 +841,10 @@ void checkpoint_load(const PoolGeometry& g, const StatePoolView& ckpt, const Cod
   if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
     fail("checkpoint_load: a required device pointer is null");
   const CodecParams p = make_params(g, ckpt, active, ckpt_slots, active_slots, nullptr);
-  if (active_dtype == PoolDtype::fp32)
-    dispatch_load<float>(g, p, codec, n, stream);
-  else
-    dispatch_load<__nv_bfloat16>(g, p, codec, n, stream);
+  dispatch(active_dtype, codec, [&](auto active, auto kind, auto scale) {
+    launch_load<typename decltype(active)::type, decltype(kind)::value,
+                typename decltype(scale)::type>(g, p, n, stream);
+  });
   STATECHECK_CUDA_CHECK_LAUNCH("load_kernel");
 }
 
