@@ -136,6 +136,13 @@ struct Job {
   int pair, layer, part;  // part < HV: a head; else a conv chunk
 };
 
+// The job of a block of the fast kernels' 3-D grid: x = part, y = layer, z = pair.
+__device__ __forceinline__ Job grid_job() {
+  Job j;
+  j.part = blockIdx.x, j.layer = blockIdx.y, j.pair = blockIdx.z;
+  return j;
+}
+
 __device__ __forceinline__ Job decode_job(int HV, int conv_blocks, int L) {
   const int per_layer = HV + conv_blocks;
   const int item = blockIdx.x;
@@ -181,14 +188,16 @@ struct CodecParams {
   int32_t* error_info;
 };
 
-// The conv-window part of a store or load launch: blocks past the heads copy one chunk of the
-// layer's conv window from the source slot to the destination slot, unchanged.
-__device__ void conv_job(const CodecParams& p, const Job& job, int src_slot, int dst_slot) {
+// The conv-window part of a store or load launch: blocks past the temporal parts of a layer (the
+// first `first_conv_part` parts: heads, or heads x strips / runs) copy one chunk of the layer's
+// conv window from the source slot to the destination slot, unchanged.
+__device__ void conv_job(const CodecParams& p, const Job& job, int src_slot, int dst_slot,
+                         int first_conv_part) {
   if (p.conv_elems <= 0) return;
   copy_conv_chunk(
       p.src_conv + (static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.conv_elems,
       p.dst_conv + (static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.conv_elems,
-      p.conv_elems, job.part - p.HV);
+      p.conv_elems, job.part - first_conv_part);
 }
 
 // Store: one block per (pair, layer, head) encodes a [d_v, d_k] head; extra blocks copy conv.
@@ -207,7 +216,7 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
 
   const Job job = decode_job(p.HV, p.conv_blocks, p.L);
   const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
-  if (job.part >= p.HV) return conv_job(p, job, src_slot, dst_slot);
+  if (job.part >= p.HV) return conv_job(p, job, src_slot, dst_slot, p.HV);
   const int h = job.part;
   const size_t head = static_cast<size_t>(p.dv) * p.dk;
   const ActiveT* src =
@@ -333,7 +342,7 @@ __global__ void __launch_bounds__(kWarps * 32) load_kernel(CodecParams p) {
   constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
   const Job job = decode_job(p.HV, p.conv_blocks, p.L);
   const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
-  if (job.part >= p.HV) return conv_job(p, job, src_slot, dst_slot);
+  if (job.part >= p.HV) return conv_job(p, job, src_slot, dst_slot, p.HV);
   const int h = job.part;
   const size_t head = static_cast<size_t>(p.dv) * p.dk;
   const ValueT* src = reinterpret_cast<const ValueT*>(p.src_temporal) +
@@ -482,13 +491,9 @@ __global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams
   __shared__ __align__(16) float col_inv[kStrip];
   __shared__ int worst;
   const int strips = p.dk / kStrip;
-  Job job;
-  job.part = blockIdx.x, job.layer = blockIdx.y, job.pair = blockIdx.z;
+  const Job job = grid_job();
   const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
-  if (job.part >= p.HV * strips) {
-    job.part -= p.HV * strips - p.HV;
-    return conv_job(p, job, src_slot, dst_slot);
-  }
+  if (job.part >= p.HV * strips) return conv_job(p, job, src_slot, dst_slot, p.HV * strips);
   const int h = job.part / strips;
   const int strip0 = (job.part - h * strips) * kStrip;
   const int c0 = COLS * (threadIdx.x & 7);  // first column of this thread within the strip
@@ -629,13 +634,9 @@ __global__ void __launch_bounds__(kFastThreads) load_rows_kernel(CodecParams p, 
   using ValueT = typename CkptValue<K>::T;
   using RawT = typename CkptValue<K>::Raw4;
   constexpr bool kScaled = K == Kind::int8 || K == Kind::fp8;
-  Job job;
-  job.part = blockIdx.x, job.layer = blockIdx.y, job.pair = blockIdx.z;
+  const Job job = grid_job();
   const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
-  if (job.part >= p.HV * runs) {
-    job.part -= p.HV * runs - p.HV;
-    return conv_job(p, job, src_slot, dst_slot);
-  }
+  if (job.part >= p.HV * runs) return conv_job(p, job, src_slot, dst_slot, p.HV * runs);
   const int G = p.dk / 4, rows_per_pass = kFastThreads / G;
   const int h = job.part / runs;
   const int j0 = 4 * (threadIdx.x % G);
