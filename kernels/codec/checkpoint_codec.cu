@@ -1,6 +1,7 @@
 #include "kernels/codec/checkpoint_codec.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -428,21 +429,47 @@ __device__ __forceinline__ float max_nan(float a, float b) {
   return d;
 }
 
-// int8 code of x / s for an amax-derived scale, the cheap way: t = x * inv + 1.5 * 2^23 (two
-// roundings, no fused multiply-add) rounds r = x * inv to the nearest even integer held in t's low
-// mantissa bits, so t's low byte is the code in two's complement. No clamp is needed: |x| <= amax
-// and s = amax / 127 (fp32 division, then rounded to bf16 at most 2^-8 relative) give
-// |x / s| <= 127 / ((1 - 2^-24)(1 - 2^-8)) < 127.499, and r is within 2.3e-5 of the quotient
-// (int8_code_quotient), so |r| < 127.5: the code is at most 127 in magnitude, as the clamp would
-// leave it. Exact unless r lies within kNearHalf of a half-integer: `near_half` is set in that
-// rare case and the caller redoes the element with the division (and the clamp).
+// int8 code of x / s for an amax-derived scale, the cheap way: t = fma(x, inv, 1.5 * 2^23) rounds
+// the exact product P = x * inv, once, to the nearest even integer k held in t's low mantissa bits
+// (t's low byte is k in two's complement), and d = fma(x, inv, -k) is P - k rounded once. No clamp
+// is needed: |x| <= amax and s = amax / 127 (fp32 division, then rounded to bf16 at most 2^-8
+// relative) give |x / s| <= 127 / ((1 - 2^-24)(1 - 2^-8)) < 127.499, and |P - fl(x / s)| <=
+// 2 * 2^-24 * |x / s| <= 1.6e-5, so |P| < 127.5 and |k| <= 127, as the clamp would leave it. The
+// same bound makes k the rounding of the quotient unless P lies within kNearHalf of a
+// half-integer (d's own rounding, 2^-25, is far inside the margin): `near_half` is set in that
+// rare case (about one element in 8000) and the caller redoes the element with the division and
+// the clamp. Four instructions per element, none on the conversion unit.
 __device__ __forceinline__ uint32_t int8_code_fast(float x, float inv, bool& near_half) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  const float r = __fmul_rn(x, inv);     // rounded on its own, never fused into the add
-  const float t = r + kMagic;
-  const float d = r - (t - kMagic);
+  const float t = __fmaf_rn(x, inv, kMagic);
+  const float d = __fmaf_rn(x, inv, -(t - kMagic));
   near_half |= fabsf(d) > 0.5f - kNearHalf;
   return static_cast<uint32_t>(__float_as_int(t));
+}
+
+// The two ends of the bracket fp8_encode_quotient puts around x / s, formed once per column:
+// x * lo <= fl(x / s) <= x * hi for x >= 0 (reversed for x < 0), since lo = inv (1 - 2^-19) and
+// hi = inv (1 + 2^-19) stay 2^-19 away from 1 / s after their four roundings of 2^-24 each.
+struct Fp8Bracket {
+  float lo, hi;
+};
+__device__ __forceinline__ Fp8Bracket fp8_bracket(float inv) {
+  constexpr float d = 16.0f * 1.1920929e-7f;  // 2^-19
+  return {inv * (1.0f - d), inv * (1.0f + d)};
+}
+
+// E4M3 codes of x0 / s0 (low byte) and x1 / s1 (high byte): both ends of each bracket are encoded
+// by one paired conversion each, and where the two ends agree, E4M3 rounding (monotone, with
+// saturation) gives the quotient the same code. `differ` is set otherwise (rare: within 16 ulp of
+// a rounding boundary) and the caller redoes the row with the division.
+__device__ __forceinline__ uint32_t fp8_codes2(float x0, float x1, Fp8Bracket b0, Fp8Bracket b1,
+                                               bool& differ) {
+  const uint32_t lo =
+      __nv_cvt_float2_to_fp8x2(make_float2(x0 * b0.lo, x1 * b1.lo), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi =
+      __nv_cvt_float2_to_fp8x2(make_float2(x0 * b0.hi, x1 * b1.hi), __NV_SATFINITE, __NV_E4M3);
+  differ |= lo != hi;
+  return lo;
 }
 
 // Packs the low bytes of four words into one (byte k from word k).
@@ -574,10 +601,13 @@ __global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams
     s[e] = a.x, s[e + 1] = a.y, s[e + 2] = a.z, s[e + 3] = a.w;
     inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
   }
-  // Quantize row by row. int8: a row with an element near a rounding tie (about one warp-row in
-  // 60 with 4 columns per thread, 30 with 8) is redone with the exact quotient. The redo is a real
-  // branch, not predicated code: executing the divisions for every element would make the kernel
-  // instruction-bound.
+  Fp8Bracket br[COLS];
+#pragma unroll
+  for (int e = 0; e < COLS; ++e) br[e] = fp8_bracket(inv[e]);
+  // Quantize row by row. A row with an element near a rounding tie (int8: about one warp-row in
+  // 60 with 4 columns per thread, 30 with 8) or near an E4M3 rounding boundary is redone with the
+  // exact quotient. The redo is a real branch, not predicated code: executing the divisions for
+  // every element would make the kernel instruction-bound.
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     uint32_t q[COLS];
@@ -591,8 +621,16 @@ __global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams
           q[e] = static_cast<uint32_t>(int8_code_quotient(x[r][e], s[e], inv[e]));
       }
     } else {
+      bool differ = false;
 #pragma unroll
-      for (int e = 0; e < COLS; ++e) q[e] = fp8_encode_quotient(x[r][e], s[e], inv[e]);
+      for (int e = 0; e < COLS; e += 2) {
+        const uint32_t two = fp8_codes2(x[r][e], x[r][e + 1], br[e], br[e + 1], differ);
+        q[e] = two, q[e + 1] = two >> 8;
+      }
+      if (__builtin_expect(differ, 0)) {
+#pragma unroll
+        for (int e = 0; e < COLS; ++e) q[e] = fp8_encode_quotient(x[r][e], s[e], inv[e]);
+      }
     }
     if constexpr (COLS == 8) {
       *reinterpret_cast<uint2*>(dst + r * row_step) = make_uint2(
@@ -600,6 +638,199 @@ __global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams
     } else {
       *reinterpret_cast<uint32_t*>(dst + r * row_step) = pack_low_bytes(q[0], q[1], q[2], q[3]);
     }
+  }
+}
+
+// Shared-memory address of a generic pointer to shared memory (for PTX operands).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// A transaction barrier (PTX mbarrier) in shared memory that one bulk copy completes: thread 0
+// calls init_copy_barrier, the block synchronises, thread 0 calls bulk_copy_to_shared, and every
+// thread calls wait_copy_barrier. sm_90 (PTX ISA 8.0: mbarrier expect_tx, cp.async.bulk).
+__device__ __forceinline__ void init_copy_barrier(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Copies `bytes` (a multiple of 16, at most 2^20 - 1) from global `src` to shared `dst`, both
+// 16-byte aligned, by the tensor memory accelerator; completion is signalled on `bar`.
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes,
+                                                    uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)),
+               "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar))
+      : "memory");
+}
+
+// Waits until the barrier's phase `parity` has completed (the copy has landed).
+__device__ __forceinline__ void wait_copy_barrier(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+}
+
+// Eight consecutive bf16 values (one 16-byte word) as fp32, exactly.
+__device__ __forceinline__ void bf16x8_to_float(const uint4& w, float* v) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(words[i] << 16);
+    v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+  }
+}
+
+// Running |x| maximum of four bf16 pairs (NaN wins, as max_nan; the maximum of bf16 values is
+// exact in bf16).
+__device__ __forceinline__ void amax_bf16x8(const uint4& w, __nv_bfloat162* m) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t a = words[i] & 0x7FFF7FFFu;  // |x| of both halves
+    m[i] = __hmax2_nan(m[i], *reinterpret_cast<const __nv_bfloat162*>(&a));
+  }
+}
+
+// Store of bf16 active states with 128 x 128 heads (the serving shape), int8 or fp8_e4m3 (K):
+// one 128-thread block per (part, layer, pair) of a 3-D grid, part being a head or a conv chunk.
+// One bulk copy brings the head's 32 KB into shared memory, so the loads are in flight without
+// registers or per-element load instructions, and the block's fixed costs (indices, scales,
+// barriers) are paid once per head. Thread t owns key columns 8 (t % 16) .. + 7 and rows t / 16 +
+// 8 r (r < 16). Column amax on bf16 pairs, then lanes t and t ^ 16 (shuffle), then the 4 warps
+// (shared memory); one thread per column forms the scale; then each thread quantizes its rows
+// from shared memory and writes 8 codes per row (two rows per warp write: 256 contiguous bytes).
+// Same results as store_scaled_strip_kernel, which serves the other bf16 shapes.
+template <typename ScaleT, Kind K>
+__global__ void __launch_bounds__(kFastThreads) store_staged_bf16_kernel(CodecParams p) {
+  static_assert(K == Kind::int8 || K == Kind::fp8, "scaled codecs only");
+  constexpr int kDim = 128, kRowGroups = kFastThreads / 16, kRows = kDim / kRowGroups;
+  constexpr float kCodeMax = K == Kind::int8 ? 127.0f : 448.0f;
+  __shared__ __align__(128) uint4 tile[kDim * kDim / 8];  // the head, row i at tile[16 i ..]
+  __shared__ __align__(16) uint32_t warp_amax[kFastThreads / 32][kDim / 2];  // bf16 pairs
+  __shared__ __align__(16) float col_scale[kDim];
+  __shared__ __align__(16) float col_inv[kDim];
+  __shared__ uint64_t bar;
+  __shared__ int worst;
+  const Job job = grid_job();
+  const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
+  if (job.part >= p.HV) return conv_job(p, job, src_slot, dst_slot, p.HV);
+  const int h = job.part;
+  constexpr size_t kHead = static_cast<size_t>(kDim) * kDim;
+  if (threadIdx.x == 0) {
+    worst = -1;
+    init_copy_barrier(&bar);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    bulk_copy_to_shared(
+        tile,
+        reinterpret_cast<const __nv_bfloat16*>(p.src_temporal) +
+            ((static_cast<size_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * kHead,
+        kHead * 2, &bar);
+  const int cg = threadIdx.x & 15, rg = threadIdx.x >> 4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  wait_copy_barrier(&bar, 0);
+
+  __nv_bfloat162 m[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) m[i] = __float2bfloat162_rn(0.0f);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) amax_bf16x8(tile[(rg + kRowGroups * r) * 16 + cg], m);
+  uint32_t mw[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    mw[i] = *reinterpret_cast<const uint32_t*>(&m[i]);
+    const uint32_t other = __shfl_xor_sync(0xFFFFFFFFu, mw[i], 16);
+    const __nv_bfloat162 both =
+        __hmax2_nan(m[i], *reinterpret_cast<const __nv_bfloat162*>(&other));
+    mw[i] = *reinterpret_cast<const uint32_t*>(&both);
+  }
+  if (lane < 16)
+    *reinterpret_cast<uint4*>(&warp_amax[warp][4 * cg]) = make_uint4(mw[0], mw[1], mw[2], mw[3]);
+  __syncthreads();
+  // One thread per column: the scale, once.
+  const int col = threadIdx.x;
+  float c = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kFastThreads / 32; ++w)
+    c = max_nan(c, __uint_as_float(((warp_amax[w][col >> 1] >> (16 * (col & 1))) & 0xFFFFu) << 16));
+  const bool finite = isfinite(c);
+  const ScaleT sq = from_float<ScaleT>(fmaxf(c, 1e-8f) / kCodeMax);
+  col_scale[col] = to_float<ScaleT>(sq);
+  col_inv[col] = 1.0f / col_scale[col];
+  if (!__syncthreads_and(finite)) {
+    // Rare: name an offender (the host reports one) and refuse the head.
+    int first = -1;
+    for (int r = 0; r < kRows && first < 0; ++r) {
+      float v[8];
+      bf16x8_to_float(tile[(rg + kRowGroups * r) * 16 + cg], v);
+      for (int e = 0; e < 8; ++e)
+        if (first < 0 && !isfinite(v[e])) first = (rg + kRowGroups * r) * kDim + 8 * cg + e;
+    }
+    if (first >= 0) atomicMax(&worst, first);
+    __syncthreads();
+    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+      p.error_info[1] = job.layer;
+      p.error_info[2] = h;
+      p.error_info[3] = worst;
+    }
+    return;
+  }
+  reinterpret_cast<ScaleT*>(
+      p.dst_scales)[((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * kDim +
+                    col] = sq;
+  float s[8], inv[8];
+#pragma unroll
+  for (int e = 0; e < 8; e += 4) {
+    const float4 a = *reinterpret_cast<const float4*>(&col_scale[8 * cg + e]);
+    const float4 b = *reinterpret_cast<const float4*>(&col_inv[8 * cg + e]);
+    s[e] = a.x, s[e + 1] = a.y, s[e + 2] = a.z, s[e + 3] = a.w;
+    inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
+  }
+  Fp8Bracket br[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) br[e] = fp8_bracket(inv[e]);
+  int8_t* dst = reinterpret_cast<int8_t*>(p.dst_temporal) +
+                ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * kHead +
+                static_cast<size_t>(rg) * kDim + 8 * cg;
+  // Quantize row by row; a row near a rounding tie or boundary is redone with the quotient, as in
+  // store_scaled_strip_kernel.
+#pragma unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    float x[8];
+    bf16x8_to_float(tile[(rg + kRowGroups * r) * 16 + cg], x);
+    uint32_t q[8];
+    bool redo = false;
+    if constexpr (K == Kind::int8) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[e] = int8_code_fast(x[e], inv[e], redo);
+      if (__builtin_expect(redo, 0)) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[e] = static_cast<uint32_t>(int8_code_quotient(x[e], s[e], inv[e]));
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        const uint32_t two = fp8_codes2(x[e], x[e + 1], br[e], br[e + 1], redo);
+        q[e] = two, q[e + 1] = two >> 8;
+      }
+      if (__builtin_expect(redo, 0)) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[e] = fp8_encode_quotient(x[e], s[e], inv[e]);
+      }
+    }
+    *reinterpret_cast<uint2*>(dst + static_cast<size_t>(r) * kRowGroups * kDim) =
+        make_uint2(pack_low_bytes(q[0], q[1], q[2], q[3]), pack_low_bytes(q[4], q[5], q[6], q[7]));
   }
 }
 
@@ -728,11 +959,17 @@ void launch_store_per_head(const PoolGeometry& g, const CodecParams& p, int n,
     launch_store_rows<ActiveT, K, ScaleT, 1, 8>(g, p, n, stream);
 }
 
-// int8 and fp8_e4m3 on d_k % 32 == 0 and d_v 128 or 256: the strip kernel; everything else: the
-// per-head kernel.
+// int8 and fp8_e4m3: bf16 active states with 128 x 128 heads take the staged kernel; d_k % 32 ==
+// 0 and d_v 128 or 256 the strip kernel; everything else the per-head kernel.
 template <typename ActiveT, Kind K, typename ScaleT>
 void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
   if constexpr (K == Kind::int8 || K == Kind::fp8) {
+    if (std::is_same_v<ActiveT, __nv_bfloat16> && g.dk == 128 && g.dv == 128) {
+      const dim3 grid(static_cast<unsigned>(g.HV + p.conv_blocks), static_cast<unsigned>(g.L),
+                      static_cast<unsigned>(n));
+      store_staged_bf16_kernel<ScaleT, K><<<grid, kFastThreads, 0, stream>>>(p);
+      return;
+    }
     // Columns per thread: fp32 active states take 8 (two 16-byte loads per row) where d_k
     // allows, bf16 ones 4 (one 8-byte load per row): the faster of the two on an H200 for each
     // (variant timings in results/gpu/). Rows per thread: 8, or 16 for d_v = 256.

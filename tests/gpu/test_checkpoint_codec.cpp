@@ -57,6 +57,14 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
   return b;
 }
 
+// Pool bytes of fp32 values in the active dtype (bf16: the values must be bf16 values).
+std::vector<uint8_t> active_bytes_of(const std::vector<float>& values, PoolDtype active) {
+  if (active == PoolDtype::fp32) return as_bytes(values);
+  std::vector<uint16_t> b16(values.size());
+  for (size_t e = 0; e < values.size(); ++e) b16[e] = bf16_bits_from_float(values[e]);
+  return as_bytes(b16);
+}
+
 class CheckpointCodec : public GpuTest, public ::testing::WithParamInterface<Case> {};
 
 TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
@@ -68,14 +76,7 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
   const std::vector<float> active = make_active(g, c.active, 77);
 
   // Active pool in its dtype, checkpoint pool prefilled with 0xFF, conv pools with patterns.
-  std::vector<uint8_t> active_bytes;
-  if (c.active == PoolDtype::fp32) {
-    active_bytes = as_bytes(active);
-  } else {
-    std::vector<uint16_t> b16(active.size());
-    for (size_t e = 0; e < active.size(); ++e) b16[e] = bf16_bits_from_float(active[e]);
-    active_bytes = as_bytes(b16);
-  }
+  const std::vector<uint8_t> active_bytes = active_bytes_of(active, c.active);
   std::vector<uint16_t> active_conv(static_cast<size_t>(g.L) * kActiveSlots * g.conv_elems);
   for (size_t e = 0; e < active_conv.size(); ++e)
     active_conv[e] = static_cast<uint16_t>(e * 2654435761u >> 7);
@@ -262,82 +263,138 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
     ASSERT_EQ(got[values.size() + i], fp8_e4m3_from_float(values[i])) << "value " << values[i];
 }
 
-// The int8 store's rounding on exact ties and next to them, on a serving shape (the strip kernel
-// with its cheap rounding and exact fallback). In the first half of the columns row 0 holds
-// +-127 / 128, so the column's scale is exactly 2^-7 in fp32 and bf16 and x = (k + 1/2) 2^-7 is a
-// tie (round half to even); the floats one ulp either side must round away from it. In the second
-// half the scale is fl(0.77 / 127), not a power of two, and x lies within two ulps of
-// (k + 1/2) s, where the product x * (1/s) and the quotient x / s can round to different sides
-// of the half. Every byte is compared with the CPU codec.
+// x's neighbour one unit in the last place toward `to`: of fp32, or of bf16 when `bf16` (x is then a
+// bf16 value, and so is the result).
+float step_toward(float x, float to, bool bf16) {
+  if (!bf16) return std::nextafter(x, to);
+  const uint16_t b = bf16_bits_from_float(x);
+  const bool away_from_zero = (to > x) != ((b & 0x8000u) != 0);
+  return float_from_bf16_bits(static_cast<uint16_t>(away_from_zero ? b + 1 : b - 1));
+}
+
+// Stores slot 1 of a one-layer, two-slot pool (`pool`: fp32 values, held in the `active` dtype,
+// which they must be values of) with codec `c`, and compares every code and scale byte with the
+// CPU codec.
+void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& pool,
+                              PoolDtype active, const Codec& c, const char* name) {
+  const size_t head = static_cast<size_t>(g.dv) * g.dk;
+  Guarded<uint8_t> d_active(active_bytes_of(pool, active));
+  Guarded<uint8_t> ckpt(std::vector<uint8_t>(2 * g.HV * head, 0xFF)),
+      scales(std::vector<uint8_t>(2 * g.HV * g.dk * c.scale_bytes(), 0xFF));
+  Guarded<int32_t> one(std::vector<int32_t>{1}), err(std::vector<int32_t>(4, 0));
+  checkpoint_store(g, {d_active.data(), nullptr, nullptr, 2}, active,
+                   {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
+                   err.data());
+  check_store_error(err.data(), g);
+  const std::vector<uint8_t> got = ckpt.download(), got_scales = scales.download();
+  std::vector<uint8_t> want(head), want_scales(g.dk * c.scale_bytes());
+  const char* dtype = active == PoolDtype::bf16 ? "bf16 active" : "fp32 active";
+  for (int h = 0; h < g.HV; ++h) {
+    encode_head(c, pool.data() + (static_cast<size_t>(g.HV) + h) * head, g.dv, g.dk, want.data(),
+                want_scales.data(), {0, h});
+    for (size_t e = 0; e < head; ++e)
+      ASSERT_EQ(got[(static_cast<size_t>(g.HV) + h) * head + e], want[e])
+          << name << ", " << dtype << ", head " << h << " element [" << e / g.dk << ", "
+          << e % g.dk << "] value " << pool[(static_cast<size_t>(g.HV) + h) * head + e];
+    ASSERT_EQ(0, std::memcmp(got_scales.data() + (g.HV + h) * want_scales.size(),
+                             want_scales.data(), want_scales.size()))
+        << name << ", " << dtype << ", scales of head " << h;
+  }
+}
+
+// The int8 store's rounding on exact ties and next to them, on the serving shape (the strip kernel
+// for fp32 active states, the staged kernel for bf16 ones, each with its cheap rounding and exact
+// fallback). In the first half of the columns row 0 holds +-127 / 128, so the column's scale is
+// exactly 2^-7 in fp32 and bf16 and x = (k + 1/2) 2^-7 is a tie (round half to even); the values
+// one ulp (of the active dtype) either side must round away from it. In the second half the scale
+// is not a power of two (amax 0.77, or its bf16 value), and x lies within two ulps of (k + 1/2) s,
+// where the product x * (1/s) and the quotient x / s can round to different sides of the half.
+// Every byte is compared with the CPU codec.
 TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
   const PoolGeometry g{1, 2, 128, 128, 0};
   const size_t head = static_cast<size_t>(g.dv) * g.dk;
-  for (const char* name : {"int8_fp32_scale", "int8_bf16_scale"}) {
-    const Codec c = parse_codec(name);
-    std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
-    for (int h = 0; h < g.HV; ++h)
-      for (int i = 0; i < g.dv; ++i)
-        for (int j = 0; j < g.dk; ++j) {
-          float x;
-          const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
-          if (j < g.dk / 2) {  // exact ties of the exact scale 2^-7, and one ulp either side
-            if (i == 0) {
-              x = (j % 2 ? -127.0f : 127.0f) / 128.0f;
-            } else {
-              x = (static_cast<float>(k) + 0.5f) / 128.0f;
-              if ((i + j) % 3 == 1) x = std::nextafter(x, 1e9f);
-              if ((i + j) % 3 == 2) x = std::nextafter(x, -1e9f);
+  for (const PoolDtype active : {PoolDtype::fp32, PoolDtype::bf16})
+    for (const char* name : {"int8_fp32_scale", "int8_bf16_scale"}) {
+      const bool bf16 = active == PoolDtype::bf16;
+      const auto in_dtype = [&](float x) { return bf16 ? round_to_bf16(x) : x; };
+      const Codec c = parse_codec(name);
+      std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
+      for (int h = 0; h < g.HV; ++h)
+        for (int i = 0; i < g.dv; ++i)
+          for (int j = 0; j < g.dk; ++j) {
+            float x;
+            const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
+            if (j < g.dk / 2) {  // exact ties of the exact scale 2^-7, and one ulp either side
+              if (i == 0) {
+                x = (j % 2 ? -127.0f : 127.0f) / 128.0f;
+              } else {
+                x = (static_cast<float>(k) + 0.5f) / 128.0f;
+                if ((i + j) % 3 == 1) x = step_toward(x, 1e9f, bf16);
+                if ((i + j) % 3 == 2) x = step_toward(x, -1e9f, bf16);
+              }
+            } else {  // amax 0.77: the scale fl(0.77 / 127) is no power of two, so x * (1/s) and
+                      // x / s round apart; values within two ulps of (k + 1/2) s
+              const float amax = in_dtype(0.77f), s = amax / 127.0f;
+              if (i == 0) {
+                x = j % 2 ? -amax : amax;
+              } else {
+                x = in_dtype((static_cast<float>(k) + 0.5f) * s);
+                for (int u = (i + j) % 5 - 2; u != 0; u += u > 0 ? -1 : 1)
+                  x = step_toward(x, u > 0 ? 1e9f : -1e9f, bf16);
+              }
             }
-          } else {  // amax 0.77: the fp32 scale fl(0.77 / 127) is no power of two, so x * (1/s)
-                    // and x / s round apart; values within two ulps of (k + 1/2) s
-            const float s = 0.77f / 127.0f;
-            if (i == 0) {
-              x = j % 2 ? -0.77f : 0.77f;
-            } else {
-              x = (static_cast<float>(k) + 0.5f) * s;
-              for (int u = (i + j) % 5 - 2; u != 0; u += u > 0 ? -1 : 1)
-                x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
-            }
+            pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
           }
-          pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
-        }
-    Guarded<float> active(pool);
-    Guarded<uint8_t> ckpt(std::vector<uint8_t>(2 * g.HV * head, 0xFF)),
-        scales(std::vector<uint8_t>(2 * g.HV * g.dk * c.scale_bytes(), 0xFF));
-    Guarded<int32_t> one(std::vector<int32_t>{1}), err(std::vector<int32_t>(4, 0));
-    checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
-                     {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
-                     err.data());
-    check_store_error(err.data(), g);
-    const std::vector<uint8_t> got = ckpt.download(), got_scales = scales.download();
-    std::vector<uint8_t> want(head), want_scales(g.dk * c.scale_bytes());
-    for (int h = 0; h < g.HV; ++h) {
-      encode_head(c, pool.data() + (static_cast<size_t>(g.HV) + h) * head, g.dv, g.dk, want.data(),
-                  want_scales.data(), {0, h});
-      for (size_t e = 0; e < head; ++e)
-        ASSERT_EQ(got[(static_cast<size_t>(g.HV) + h) * head + e], want[e])
-            << name << " head " << h << " element [" << e / g.dk << ", " << e % g.dk << "] value "
-            << pool[(static_cast<size_t>(g.HV) + h) * head + e];
-      ASSERT_EQ(0, std::memcmp(got_scales.data() + (g.HV + h) * want_scales.size(),
-                               want_scales.data(), want_scales.size()))
-          << name << " scales of head " << h;
+      expect_store_matches_cpu(g, pool, active, c, name);
     }
-  }
+}
+
+// The fp8_e4m3 store next to E4M3 rounding boundaries, on the serving shape (strip and staged
+// kernels, whose paired bracket encoding must fall back to the quotient there). Row 0 holds
+// +-3.5, so every column's scale is 3.5 / 448 = 2^-7 exactly in fp32 and bf16, and x = m 2^-7
+// with m the midpoint of two neighbouring E4M3 values is an exact tie of the quotient (m needs
+// five significant bits: a bf16 value); the values one ulp either side must round away from it.
+// Every byte is compared with the CPU codec.
+TEST_F(GpuTest, Fp8StoreRoundsBoundariesLikeTheCpuCodec) {
+  const PoolGeometry g{1, 2, 128, 128, 0};
+  const size_t head = static_cast<size_t>(g.dv) * g.dk;
+  for (const PoolDtype active : {PoolDtype::fp32, PoolDtype::bf16})
+    for (const char* name : {"fp8_e4m3_fp32_scale", "fp8_e4m3_bf16_scale"}) {
+      const bool bf16 = active == PoolDtype::bf16;
+      const Codec c = parse_codec(name);
+      std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
+      for (int h = 0; h < g.HV; ++h)
+        for (int i = 0; i < g.dv; ++i)
+          for (int j = 0; j < g.dk; ++j) {
+            float x = j % 2 ? -3.5f : 3.5f;
+            if (i > 0) {
+              const int code = (i * 131 + j * 7 + h * 3) % 126;  // midpoints below 448
+              const float mid =
+                  0.5f * (fp8_e4m3_to_float(code) + fp8_e4m3_to_float(code + 1)) / 128.0f;
+              x = (i + j) % 2 ? -mid : mid;
+              if ((i + j) % 3 == 1) x = step_toward(x, 1e9f, bf16);
+              if ((i + j) % 3 == 2) x = step_toward(x, -1e9f, bf16);
+            }
+            pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
+          }
+      expect_store_matches_cpu(g, pool, active, c, name);
+    }
 }
 
 // Stores a two-slot pool whose slot 1 holds 0.01 everywhere except `bad` at (layer, head, row,
 // col) and expects the store to refuse it with that position in the message.
-void expect_store_refuses(const PoolGeometry& g, float bad, int layer, int head, int row, int col) {
+void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, float bad, int layer,
+                          int head, int row, int col) {
   const size_t head_elems = static_cast<size_t>(g.dv) * g.dk;
   std::vector<float> pool(static_cast<size_t>(g.L) * 2 * g.HV * head_elems, 0.01f);
   pool[((static_cast<size_t>(layer) * 2 + 1) * g.HV + head) * head_elems +
        static_cast<size_t>(row) * g.dk + col] = bad;
-  Guarded<float> active(pool);
+  Guarded<uint8_t> active(active_bytes_of(pool, active_dtype));
   Guarded<uint8_t> ckpt(std::vector<uint8_t>(pool.size(), 0)),
       scales(std::vector<uint8_t>(g.L * 2 * g.HV * g.dk * 4, 0));
   Guarded<int32_t> one(std::vector<int32_t>{1}), err(std::vector<int32_t>(4, 0));
   const Codec c = parse_codec("int8_fp32_scale");
-  checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
+  checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, active_dtype,
                    {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
                    err.data());
   const std::string where = "layer " + std::to_string(layer) + ", head " + std::to_string(head) +
@@ -350,11 +407,13 @@ void expect_store_refuses(const PoolGeometry& g, float bad, int layer, int head,
   }
 }
 
-// The per-head kernel (d_k = 4) and the strip kernel (the serving shape), NaN and +-Inf.
+// The per-head kernel (d_k = 4), and on the serving shape the strip kernel (fp32 active) and the
+// staged kernel (bf16 active): NaN and +-Inf.
 TEST_F(GpuTest, StoreRefusesNonFiniteWithPosition) {
-  expect_store_refuses({2, 3, 8, 4, 0}, NAN, 1, 2, 3, 1);
-  for (const float bad : {NAN, INFINITY, -INFINITY})
-    expect_store_refuses({2, 2, 128, 128, 0}, bad, 1, 1, 77, 45);
+  expect_store_refuses({2, 3, 8, 4, 0}, PoolDtype::fp32, NAN, 1, 2, 3, 1);
+  for (const PoolDtype active : {PoolDtype::fp32, PoolDtype::bf16})
+    for (const float bad : {NAN, INFINITY, -INFINITY})
+      expect_store_refuses({2, 2, 128, 128, 0}, active, bad, 1, 1, 77, 45);
 }
 
 }  // namespace
