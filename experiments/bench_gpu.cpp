@@ -306,9 +306,11 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
 }
 
 // Times, for every row, a device-to-device cudaMemcpy that moves the row's bytes (half read, half
-// written) with the same timer: the rate a plain copy of that size reaches. Below a few hundred MB
-// a launch's ramp-up, tail and (with the read flush) the write-back of its dirty L2 lines weigh
-// on any kernel; this is the yardstick for them. One timing per distinct size.
+// written) with the same timer, issued on the stream as the copy bandwidth is (a memcpy node of a
+// CUDA graph runs on the copy engines, at about 64% of that rate): the rate a plain copy of that
+// size reaches. Below a few hundred MB a launch's ramp-up, tail and (with the read flush) the
+// write-back of its dirty L2 lines weigh on any kernel; this is the yardstick for them. One
+// timing per distinct size.
 void time_same_size_copies(GpuTimer& timer, std::vector<Row>& rows, int repeats) {
   double most = 0;
   for (const auto& r : rows) most = std::max(most, r.bytes);
@@ -330,7 +332,7 @@ void time_same_size_copies(GpuTimer& timer, std::vector<Row>& rows, int repeats)
                                     STATECHECK_CUDA_CHECK(cudaMemcpyAsync(
                                         dst.data(), src.data(), half, cudaMemcpyDeviceToDevice, s));
                                   },
-                                  repeats)
+                                  repeats, /*use_graph=*/false)
                               .median_ms;
     done.emplace_back(r.bytes, r.ms_same_size_copy);
   }
