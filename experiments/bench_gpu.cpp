@@ -7,10 +7,10 @@
 #ifdef STATECHECK_HAVE_CUDA
 
 #include <algorithm>
-#include <utility>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -36,7 +36,7 @@ namespace {
 struct Row {
   std::string name;
   double ms = 0, bytes = 0, flops = 0, tokens = 0;
-  double ms_memset_flush = 0;  // the same launch timed after a memset flush (timing.h)
+  double ms_memset_flush = 0;    // the same launch timed after a memset flush (timing.h)
   double ms_same_size_copy = 0;  // a cudaMemcpy moving the same bytes (read + write), same timer
   void set_times(const TimingStats& t) {
     ms = t.median_ms;
@@ -319,8 +319,8 @@ void time_same_size_copies(GpuTimer& timer, std::vector<Row>& rows, int repeats)
   STATECHECK_CUDA_CHECK(cudaMemset(src.data(), 0x5A, half_max));
   std::vector<std::pair<double, double>> done;  // (bytes, median ms)
   for (auto& r : rows) {
-    const auto it = std::find_if(done.begin(), done.end(),
-                                 [&](const auto& d) { return d.first == r.bytes; });
+    const auto it =
+        std::find_if(done.begin(), done.end(), [&](const auto& d) { return d.first == r.bytes; });
     if (it != done.end()) {
       r.ms_same_size_copy = it->second;
       continue;
@@ -404,9 +404,10 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     file.write_scalar(k + "/fraction_of_copy_memset_flush", gbps_memset / copy_gbps, "1",
                       "GB/s over the copy bandwidth, timed after a memset L2 flush");
     summary.set("bench." + r.name + ".fraction_of_copy_memset_flush", gbps_memset / copy_gbps);
-    file.write_scalar(k + "/same_size_copy_fraction_of_copy", gbps_same_size / copy_gbps, "1",
-                      "GB/s of a cudaMemcpy moving the same bytes (half read, half written), "
-                      "same timer, over the copy bandwidth: what a plain copy of this size reaches");
+    file.write_scalar(
+        k + "/same_size_copy_fraction_of_copy", gbps_same_size / copy_gbps, "1",
+        "GB/s of a cudaMemcpy moving the same bytes (half read, half written), "
+        "same timer, over the copy bandwidth: what a plain copy of this size reaches");
     summary.set("bench." + r.name + ".same_size_copy_fraction_of_copy", gbps_same_size / copy_gbps);
     if (r.tokens > 0) {
       file.write_scalar(k + "/tokens_per_s", r.tokens / (r.ms * 1e-3), "tokens/s",

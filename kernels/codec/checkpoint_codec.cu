@@ -640,10 +640,10 @@ __global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams
     s[e] = a.x, s[e + 1] = a.y, s[e + 2] = a.z, s[e + 3] = a.w;
     inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
   }
+  // Quantize row by row (encode_row: the exact quotient only where the cheap way cannot decide).
   Fp8Bracket br[COLS];
 #pragma unroll
   for (int e = 0; e < COLS; ++e) br[e] = fp8_bracket(inv[e]);
-  // Quantize row by row (encode_row: the exact quotient only where the cheap way cannot decide).
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     uint32_t q[COLS];
@@ -767,8 +767,7 @@ __global__ void __launch_bounds__(kFastThreads) store_staged_bf16_kernel(CodecPa
   for (int i = 0; i < 4; ++i) {
     mw[i] = *reinterpret_cast<const uint32_t*>(&m[i]);
     const uint32_t other = __shfl_xor_sync(0xFFFFFFFFu, mw[i], 16);
-    const __nv_bfloat162 both =
-        __hmax2_nan(m[i], *reinterpret_cast<const __nv_bfloat162*>(&other));
+    const __nv_bfloat162 both = __hmax2_nan(m[i], *reinterpret_cast<const __nv_bfloat162*>(&other));
     mw[i] = *reinterpret_cast<const uint32_t*>(&both);
   }
   if (lane < 16)

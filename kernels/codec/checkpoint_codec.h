@@ -20,12 +20,15 @@
 // the first offender is recorded there as {1, layer, head, i * d_k + j}; the host checks it with
 // check_store_error(). CPU reference: core/codec encode_head / decode_head per head.
 //
-// Kernels (checkpoint_codec.cu): the int8 store on serving shapes (d_k % 32 == 0, d_v 128 or
-// 256) runs one 128-thread block per strip of 32 or 64 key columns of a head, with a cheap exact
-// rounding (magic-number add, division only near ties); the load on d_k / 4 dividing 128 runs one
-// 128-thread block per run of rows with the scales in registers. Other codecs and shapes take a
-// per-head kernel. All paths give the CPU codec's bytes (tests/gpu/test_checkpoint_codec.cpp).
-// With a strip kernel, a non-finite value refuses its strip; other strips and heads of the same
+// Kernels (checkpoint_codec.cu): the int8 / fp8_e4m3 store of bf16 active states with 128 x 128
+// heads runs one 128-thread block per head, which one bulk copy (TMA, sm_90) stages in shared
+// memory; on other serving shapes (d_k % 32 == 0, d_v 128 or 256) one 128-thread block per strip
+// of 32 or 64 key columns of a head. Both round the cheap exact way (a fused multiply-add with a
+// magic number for int8, paired bracket conversions for E4M3) and divide only for the elements
+// near a rounding boundary. The load on d_k / 4 dividing 128 runs one 128-thread block per run of
+// rows with the scales in registers. Other codecs and shapes take a per-head kernel. All paths
+// give the CPU codec's bytes (tests/gpu/test_checkpoint_codec.cpp).
+// A non-finite value refuses its strip or head; other strips and heads of the same
 // state may be written, so a caller must discard the destination slot when the store reports.
 #pragma once
 

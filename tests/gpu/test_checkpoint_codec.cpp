@@ -263,8 +263,8 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
     ASSERT_EQ(got[values.size() + i], fp8_e4m3_from_float(values[i])) << "value " << values[i];
 }
 
-// x's neighbour one unit in the last place toward `to`: of fp32, or of bf16 when `bf16` (x is then a
-// bf16 value, and so is the result).
+// x's neighbour one unit in the last place toward `to`: of fp32, or of bf16 when `bf16` (x is then
+// a bf16 value, and so is the result).
 float step_toward(float x, float to, bool bf16) {
   if (!bf16) return std::nextafter(x, to);
   const uint16_t b = bf16_bits_from_float(x);
@@ -294,8 +294,8 @@ void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& p
                 want_scales.data(), {0, h});
     for (size_t e = 0; e < head; ++e)
       ASSERT_EQ(got[(static_cast<size_t>(g.HV) + h) * head + e], want[e])
-          << name << ", " << dtype << ", head " << h << " element [" << e / g.dk << ", "
-          << e % g.dk << "] value " << pool[(static_cast<size_t>(g.HV) + h) * head + e];
+          << name << ", " << dtype << ", head " << h << " element [" << e / g.dk << ", " << e % g.dk
+          << "] value " << pool[(static_cast<size_t>(g.HV) + h) * head + e];
     ASSERT_EQ(0, std::memcmp(got_scales.data() + (g.HV + h) * want_scales.size(),
                              want_scales.data(), want_scales.size()))
         << name << ", " << dtype << ", scales of head " << h;
