@@ -539,6 +539,36 @@ __device__ __forceinline__ void load_cols(const __nv_bfloat16* p, float* v) {
   for (int c = 0; c < COLS; c += 4) load4(p + c, v + c);
 }
 
+// The refusal of a strip or head holding a non-finite value, by the whole block: each thread
+// gives the index (i * d_k + j) of its first offender or -1; the largest lands in `worst` (block
+// shared) and, once per launch, in p.error_info with the layer and head (check_store_error).
+__device__ void report_non_finite(const CodecParams& p, int layer, int head, int first,
+                                  int& worst) {
+  if (first >= 0) atomicMax(&worst, first);
+  __syncthreads();
+  if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+    p.error_info[1] = layer;
+    p.error_info[2] = head;
+    p.error_info[3] = worst;
+  }
+}
+
+// The scales, reciprocals and fp8 brackets of COLS consecutive columns from c0, read from the
+// block's shared arrays (16-byte reads: c0 and COLS multiples of 4).
+template <int COLS>
+__device__ __forceinline__ void column_scales(const float* col_scale, const float* col_inv, int c0,
+                                              float* s, float* inv, Fp8Bracket* br) {
+#pragma unroll
+  for (int e = 0; e < COLS; e += 4) {
+    const float4 a = *reinterpret_cast<const float4*>(&col_scale[c0 + e]);
+    const float4 b = *reinterpret_cast<const float4*>(&col_inv[c0 + e]);
+    s[e] = a.x, s[e + 1] = a.y, s[e + 2] = a.z, s[e + 3] = a.w;
+    inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
+  }
+#pragma unroll
+  for (int e = 0; e < COLS; ++e) br[e] = fp8_bracket(inv[e]);
+}
+
 // Store, int8 or fp8_e4m3 (K): one block per (part, layer, pair) in a 3-D grid (no index
 // division), `part` being
 // a (head, strip of 8 * COLS key columns) or a conv chunk. THREADS / 8 row groups: thread t holds
@@ -618,13 +648,7 @@ __global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams
 #pragma unroll
       for (int e = 0; e < COLS; ++e)
         if (first < 0 && !isfinite(x[r][e])) first = (row0 + kGroups * r) * p.dk + j0 + e;
-    if (first >= 0) atomicMax(&worst, first);
-    __syncthreads();
-    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-      p.error_info[1] = job.layer;
-      p.error_info[2] = h;
-      p.error_info[3] = worst;
-    }
+    report_non_finite(p, job.layer, h, first, worst);
     return;
   }
   if (threadIdx.x < kStrip)
@@ -633,17 +657,9 @@ __global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams
                           p.dk +
                       strip0 + threadIdx.x] = sq;
   float s[COLS], inv[COLS];
-#pragma unroll
-  for (int e = 0; e < COLS; e += 4) {
-    const float4 a = *reinterpret_cast<const float4*>(&col_scale[c0 + e]);
-    const float4 b = *reinterpret_cast<const float4*>(&col_inv[c0 + e]);
-    s[e] = a.x, s[e + 1] = a.y, s[e + 2] = a.z, s[e + 3] = a.w;
-    inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
-  }
-  // Quantize row by row (encode_row: the exact quotient only where the cheap way cannot decide).
   Fp8Bracket br[COLS];
-#pragma unroll
-  for (int e = 0; e < COLS; ++e) br[e] = fp8_bracket(inv[e]);
+  column_scales<COLS>(col_scale, col_inv, c0, s, inv, br);
+  // Quantize row by row (encode_row: the exact quotient only where the cheap way cannot decide).
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     uint32_t q[COLS];
@@ -792,29 +808,15 @@ __global__ void __launch_bounds__(kFastThreads) store_staged_bf16_kernel(CodecPa
       for (int e = 0; e < 8; ++e)
         if (first < 0 && !isfinite(v[e])) first = (rg + kRowGroups * r) * kDim + 8 * cg + e;
     }
-    if (first >= 0) atomicMax(&worst, first);
-    __syncthreads();
-    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-      p.error_info[1] = job.layer;
-      p.error_info[2] = h;
-      p.error_info[3] = worst;
-    }
+    report_non_finite(p, job.layer, h, first, worst);
     return;
   }
   reinterpret_cast<ScaleT*>(
       p.dst_scales)[((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * kDim +
                     col] = sq;
   float s[8], inv[8];
-#pragma unroll
-  for (int e = 0; e < 8; e += 4) {
-    const float4 a = *reinterpret_cast<const float4*>(&col_scale[8 * cg + e]);
-    const float4 b = *reinterpret_cast<const float4*>(&col_inv[8 * cg + e]);
-    s[e] = a.x, s[e + 1] = a.y, s[e + 2] = a.z, s[e + 3] = a.w;
-    inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
-  }
   Fp8Bracket br[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) br[e] = fp8_bracket(inv[e]);
+  column_scales<8>(col_scale, col_inv, 8 * cg, s, inv, br);
   int8_t* dst = reinterpret_cast<int8_t*>(p.dst_temporal) +
                 ((static_cast<size_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * kHead +
                 static_cast<size_t>(rg) * kDim + 8 * cg;
