@@ -263,21 +263,46 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
     ASSERT_EQ(got[values.size() + i], fp8_e4m3_from_float(values[i])) << "value " << values[i];
 }
 
-// x's neighbour one unit in the last place toward `to`: of fp32, or of bf16 when `bf16` (x is then
-// a bf16 value, and so is the result).
-float step_toward(float x, float to, bool bf16) {
-  if (!bf16) return std::nextafter(x, to);
-  const uint16_t b = bf16_bits_from_float(x);
-  const bool away_from_zero = (to > x) != ((b & 0x8000u) != 0);
-  return float_from_bf16_bits(static_cast<uint16_t>(away_from_zero ? b + 1 : b - 1));
+// The scale the codec gives a column whose largest magnitude is `amax` (spec numerics.md 3).
+float codec_scale(const Codec& c, float amax) {
+  const float s = std::max(amax, 1e-8f) / (c.kind == CodecKind::int8 ? 127.0f : 448.0f);
+  return c.scale_dtype == ScaleDtype::bf16 ? round_to_bf16(s) : s;
+}
+
+// Whether the code the kernels form before their exact fallback differs from the codec's for x in a
+// column of scale s (int8: the fused x * (1/s) + 1.5 * 2^23 rounding; E4M3: the code of the
+// product x * (1/s)). The inputs that make a test of the fallback able to fail.
+bool cheap_code_differs(const Codec& c, float x, float s) {
+  const float inv = 1.0f / s, q = x / s;
+  if (c.kind == CodecKind::int8)
+    return std::fma(x, inv, 12582912.0f) - 12582912.0f != std::nearbyint(q);
+  return fp8_e4m3_from_float(x * inv) != fp8_e4m3_from_float(q);
+}
+
+// How many values of a [HV, d_v, d_k] block of heads the cheap rounding alone gets wrong.
+long cheap_code_misses(const Codec& c, const float* heads, const PoolGeometry& g) {
+  long misses = 0;
+  for (int h = 0; h < g.HV; ++h)
+    for (int j = 0; j < g.dk; ++j) {
+      const float* col = heads + static_cast<size_t>(h) * g.dv * g.dk + j;
+      float amax = 0.0f;
+      for (int i = 0; i < g.dv; ++i) amax = std::max(amax, std::fabs(col[i * g.dk]));
+      const float s = codec_scale(c, amax);
+      for (int i = 0; i < g.dv; ++i) misses += cheap_code_differs(c, col[i * g.dk], s);
+    }
+  return misses;
 }
 
 // Stores slot 1 of a one-layer, two-slot pool (`pool`: fp32 values, held in the `active` dtype,
 // which they must be values of) with codec `c`, and compares every code and scale byte with the
-// CPU codec.
+// CPU codec. The slot must hold inputs the cheap rounding alone gets wrong, so that a kernel
+// without its exact fallback fails.
 void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& pool,
                               PoolDtype active, const Codec& c, const char* name) {
   const size_t head = static_cast<size_t>(g.dv) * g.dk;
+  const char* dtype = active == PoolDtype::bf16 ? "bf16 active" : "fp32 active";
+  ASSERT_GT(cheap_code_misses(c, pool.data() + g.HV * head, g), 0)
+      << name << ", " << dtype << ": no input the cheap rounding alone gets wrong";
   Guarded<uint8_t> d_active(active_bytes_of(pool, active));
   Guarded<uint8_t> ckpt(std::vector<uint8_t>(2 * g.HV * head, 0xFF)),
       scales(std::vector<uint8_t>(2 * g.HV * g.dk * c.scale_bytes(), 0xFF));
@@ -288,7 +313,6 @@ void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& p
   check_store_error(err.data(), g);
   const std::vector<uint8_t> got = ckpt.download(), got_scales = scales.download();
   std::vector<uint8_t> want(head), want_scales(g.dk * c.scale_bytes());
-  const char* dtype = active == PoolDtype::bf16 ? "bf16 active" : "fp32 active";
   for (int h = 0; h < g.HV; ++h) {
     encode_head(c, pool.data() + (static_cast<size_t>(g.HV) + h) * head, g.dv, g.dk, want.data(),
                 want_scales.data(), {0, h});
@@ -302,83 +326,119 @@ void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& p
   }
 }
 
-// The int8 store's rounding on exact ties and next to them, on the serving shape (the strip kernel
-// for fp32 active states, the staged kernel for bf16 ones, each with its cheap rounding and exact
-// fallback). In the first half of the columns row 0 holds +-127 / 128, so the column's scale is
-// exactly 2^-7 in fp32 and bf16 and x = (k + 1/2) 2^-7 is a tie (round half to even); the values
-// one ulp (of the active dtype) either side must round away from it. In the second half the scale
-// is not a power of two (amax 0.77, or its bf16 value), and x lies within two ulps of (k + 1/2) s,
-// where the product x * (1/s) and the quotient x / s can round to different sides of the half.
-// Every byte is compared with the CPU codec.
+// The int8 store's rounding on exact ties and next to them, fp32 active states on the serving
+// shape (the strip kernel: cheap rounding and exact fallback). In the first half of the columns
+// row 0 holds +-127 / 128, so the column's scale is exactly 2^-7 in fp32 and bf16 and
+// x = (k + 1/2) 2^-7 is a tie (round half to even); the floats one ulp either side must round
+// away from it. In the second half the codec's scale s of amax 0.77 is no power of two, and x
+// lies within two ulps of (k + 1/2) s, where the product x * (1/s) and the quotient x / s can
+// round to different sides of the half. Every byte is compared with the CPU codec.
 TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
   const PoolGeometry g{1, 2, 128, 128, 0};
   const size_t head = static_cast<size_t>(g.dv) * g.dk;
-  for (const PoolDtype active : {PoolDtype::fp32, PoolDtype::bf16})
-    for (const char* name : {"int8_fp32_scale", "int8_bf16_scale"}) {
-      const bool bf16 = active == PoolDtype::bf16;
-      const auto in_dtype = [&](float x) { return bf16 ? round_to_bf16(x) : x; };
-      const Codec c = parse_codec(name);
-      std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
-      for (int h = 0; h < g.HV; ++h)
-        for (int i = 0; i < g.dv; ++i)
-          for (int j = 0; j < g.dk; ++j) {
-            float x;
-            const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
-            if (j < g.dk / 2) {  // exact ties of the exact scale 2^-7, and one ulp either side
-              if (i == 0) {
-                x = (j % 2 ? -127.0f : 127.0f) / 128.0f;
-              } else {
-                x = (static_cast<float>(k) + 0.5f) / 128.0f;
-                if ((i + j) % 3 == 1) x = step_toward(x, 1e9f, bf16);
-                if ((i + j) % 3 == 2) x = step_toward(x, -1e9f, bf16);
-              }
-            } else {  // amax 0.77: the scale fl(0.77 / 127) is no power of two, so x * (1/s) and
-                      // x / s round apart; values within two ulps of (k + 1/2) s
-              const float amax = in_dtype(0.77f), s = amax / 127.0f;
-              if (i == 0) {
-                x = j % 2 ? -amax : amax;
-              } else {
-                x = in_dtype((static_cast<float>(k) + 0.5f) * s);
-                for (int u = (i + j) % 5 - 2; u != 0; u += u > 0 ? -1 : 1)
-                  x = step_toward(x, u > 0 ? 1e9f : -1e9f, bf16);
-              }
+  for (const char* name : {"int8_fp32_scale", "int8_bf16_scale"}) {
+    const Codec c = parse_codec(name);
+    const float s = codec_scale(c, 0.77f);
+    std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
+    for (int h = 0; h < g.HV; ++h)
+      for (int i = 0; i < g.dv; ++i)
+        for (int j = 0; j < g.dk; ++j) {
+          float x;
+          const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
+          if (j < g.dk / 2) {  // exact ties of the exact scale 2^-7, and one ulp either side
+            if (i == 0) {
+              x = (j % 2 ? -127.0f : 127.0f) / 128.0f;
+            } else {
+              x = (static_cast<float>(k) + 0.5f) / 128.0f;
+              if ((i + j) % 3 == 1) x = std::nextafter(x, 1e9f);
+              if ((i + j) % 3 == 2) x = std::nextafter(x, -1e9f);
             }
-            pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
+          } else if (i == 0) {
+            x = j % 2 ? -0.77f : 0.77f;
+          } else {  // within two ulps of (k + 1/2) s
+            x = (static_cast<float>(k) + 0.5f) * s;
+            for (int u = (i + j) % 5 - 2; u != 0; u += u > 0 ? -1 : 1)
+              x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
           }
-      expect_store_matches_cpu(g, pool, active, c, name);
-    }
+          pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
+        }
+    expect_store_matches_cpu(g, pool, PoolDtype::fp32, c, name);
+  }
 }
 
-// The fp8_e4m3 store next to E4M3 rounding boundaries, on the serving shape (strip and staged
-// kernels, whose paired bracket encoding must fall back to the quotient there). Row 0 holds
-// +-3.5, so every column's scale is 3.5 / 448 = 2^-7 exactly in fp32 and bf16, and x = m 2^-7
-// with m the midpoint of two neighbouring E4M3 values is an exact tie of the quotient (m needs
-// five significant bits: a bf16 value); the values one ulp either side must round away from it.
-// Every byte is compared with the CPU codec.
+// The fp8_e4m3 store next to E4M3 rounding boundaries, fp32 active states on the serving shape
+// (the strip kernel, whose paired bracket encoding must fall back to the quotient there). In the
+// first half of the columns row 0 holds +-3.5, so the scale is 3.5 / 448 = 2^-7 exactly and
+// x = m 2^-7, m the midpoint of two neighbouring E4M3 values, is an exact tie of the quotient; the
+// floats one ulp either side must round away from it. In the second half the codec's scale s of
+// amax 2.9 is no power of two and x lies within two ulps of m s. Every byte is compared with the
+// CPU codec.
 TEST_F(GpuTest, Fp8StoreRoundsBoundariesLikeTheCpuCodec) {
   const PoolGeometry g{1, 2, 128, 128, 0};
   const size_t head = static_cast<size_t>(g.dv) * g.dk;
-  for (const PoolDtype active : {PoolDtype::fp32, PoolDtype::bf16})
-    for (const char* name : {"fp8_e4m3_fp32_scale", "fp8_e4m3_bf16_scale"}) {
-      const bool bf16 = active == PoolDtype::bf16;
-      const Codec c = parse_codec(name);
-      std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
-      for (int h = 0; h < g.HV; ++h)
-        for (int i = 0; i < g.dv; ++i)
-          for (int j = 0; j < g.dk; ++j) {
-            float x = j % 2 ? -3.5f : 3.5f;
-            if (i > 0) {
-              const int code = (i * 131 + j * 7 + h * 3) % 126;  // midpoints below 448
-              const float mid =
-                  0.5f * (fp8_e4m3_to_float(code) + fp8_e4m3_to_float(code + 1)) / 128.0f;
-              x = (i + j) % 2 ? -mid : mid;
-              if ((i + j) % 3 == 1) x = step_toward(x, 1e9f, bf16);
-              if ((i + j) % 3 == 2) x = step_toward(x, -1e9f, bf16);
-            }
-            pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
+  for (const char* name : {"fp8_e4m3_fp32_scale", "fp8_e4m3_bf16_scale"}) {
+    const Codec c = parse_codec(name);
+    const float s = codec_scale(c, 2.9f);
+    std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
+    for (int h = 0; h < g.HV; ++h)
+      for (int i = 0; i < g.dv; ++i)
+        for (int j = 0; j < g.dk; ++j) {
+          const bool exact = j < g.dk / 2;
+          float x = (j % 2 ? -1.0f : 1.0f) * (exact ? 3.5f : 2.9f);
+          if (i > 0) {
+            const int code = (i * 131 + j * 7 + h * 3) % 126;  // midpoints below 448
+            const float mid = 0.5f * (fp8_e4m3_to_float(code) + fp8_e4m3_to_float(code + 1));
+            x = (i + j) % 2 ? -mid : mid;
+            x = exact ? x / 128.0f : x * s;
+            for (int u = (i + j) % (exact ? 3 : 5) - (exact ? 1 : 2); u != 0; u += u > 0 ? -1 : 1)
+              x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
           }
-      expect_store_matches_cpu(g, pool, active, c, name);
+          pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
+        }
+    expect_store_matches_cpu(g, pool, PoolDtype::fp32, c, name);
+  }
+}
+
+// The int8 and fp8_e4m3 stores of bf16 active states on the serving shape (the staged kernel) on
+// and next to rounding boundaries. Column j of each head has largest magnitude the bf16 value
+// 0x3F00 + j (in [0.5, 1), row 0), so its scale differs from column to column; its other rows are
+// bf16 values of the column's range, found by enumerating them all: first those the cheap
+// rounding alone gets wrong (bf16 quotients land on exact ties often), then those next to a
+// boundary (int8: within 10^-3 of a half-integer; E4M3: the two bracket ends encode apart), then
+// evenly spaced ones; signs alternate, the second head is the first negated. Every byte is
+// compared with the CPU codec.
+TEST_F(GpuTest, Bf16StoreRoundsBoundariesLikeTheCpuCodec) {
+  const PoolGeometry g{1, 2, 128, 128, 0};
+  const size_t head = static_cast<size_t>(g.dv) * g.dk;
+  for (const char* name :
+       {"int8_fp32_scale", "int8_bf16_scale", "fp8_e4m3_fp32_scale", "fp8_e4m3_bf16_scale"}) {
+    const Codec c = parse_codec(name);
+    std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
+    float* h0 = pool.data() + g.HV * head;
+    for (int j = 0; j < g.dk; ++j) {
+      const float amax = float_from_bf16_bits(static_cast<uint16_t>(0x3F00 + j));
+      const float s = codec_scale(c, amax), inv = 1.0f / s;
+      std::vector<float> wrong, near, rest;
+      for (uint16_t b = 1; float_from_bf16_bits(b) < amax; ++b) {
+        const float x = float_from_bf16_bits(b), q = x / s;
+        const bool boundary = c.kind == CodecKind::int8
+                                  ? std::fabs(q - std::floor(q) - 0.5f) < 1e-3f
+                                  : fp8_e4m3_from_float(x * inv * (1.0f - 0x1p-19f)) !=
+                                        fp8_e4m3_from_float(x * inv * (1.0f + 0x1p-19f));
+        (cheap_code_differs(c, x, s) ? wrong : boundary ? near : rest).push_back(x);
+      }
+      wrong.insert(wrong.end(), near.begin(), near.end());
+      for (int i = 1; i < g.dv; ++i) {
+        const float x = static_cast<size_t>(i - 1) < wrong.size()
+                            ? wrong[i - 1]
+                            : rest[(static_cast<size_t>(i) * 131) % rest.size()];
+        h0[static_cast<size_t>(i) * g.dk + j] = i % 2 ? -x : x;
+      }
+      h0[j] = j % 2 ? -amax : amax;
     }
+    for (size_t e = 0; e < head; ++e) h0[head + e] = -h0[e];
+    expect_store_matches_cpu(g, pool, PoolDtype::bf16, c, name);
+  }
 }
 
 // Stores a two-slot pool whose slot 1 holds 0.01 everywhere except `bad` at (layer, head, row,
