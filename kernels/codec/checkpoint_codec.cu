@@ -447,9 +447,10 @@ __device__ __forceinline__ uint32_t int8_code_fast(float x, float inv, bool& nea
   return static_cast<uint32_t>(__float_as_int(t));
 }
 
-// The two ends of the bracket fp8_encode_quotient puts around x / s, formed once per column:
-// x * lo <= fl(x / s) <= x * hi for x >= 0 (reversed for x < 0), since lo = inv (1 - 2^-19) and
-// hi = inv (1 + 2^-19) stay 2^-19 away from 1 / s after their four roundings of 2^-24 each.
+// The two ends of a bracket around x / s, formed once per column (fp8_encode_quotient brackets
+// the same way, from the product): x * lo <= fl(x / s) <= x * hi for x >= 0 (reversed for x < 0),
+// since lo = inv (1 - 2^-19) and hi = inv (1 + 2^-19) stay at least 2^-19 - 4 * 2^-24 (relative)
+// away from 1 / s after the roundings of inv, of lo or hi, of the product and of the quotient.
 struct Fp8Bracket {
   float lo, hi;
 };
@@ -460,8 +461,8 @@ __device__ __forceinline__ Fp8Bracket fp8_bracket(float inv) {
 
 // E4M3 codes of x0 / s0 (low byte) and x1 / s1 (high byte): both ends of each bracket are encoded
 // by one paired conversion each, and where the two ends agree, E4M3 rounding (monotone, with
-// saturation) gives the quotient the same code. `differ` is set otherwise (rare: within 16 ulp of
-// a rounding boundary) and the caller redoes the row with the division.
+// saturation) gives the quotient the same code. `differ` is set otherwise (within 16 ulp of a
+// rounding boundary) and the caller (encode_row) decides those elements with the division.
 __device__ __forceinline__ uint32_t fp8_codes2(float x0, float x1, Fp8Bracket b0, Fp8Bracket b1,
                                                bool& differ) {
   const uint32_t lo =
@@ -746,6 +747,7 @@ template <typename ScaleT, Kind K>
 __global__ void __launch_bounds__(kFastThreads) store_staged_bf16_kernel(CodecParams p) {
   static_assert(K == Kind::int8 || K == Kind::fp8, "scaled codecs only");
   constexpr int kDim = 128, kRowGroups = kFastThreads / 16, kRows = kDim / kRowGroups;
+  static_assert(kFastThreads == kDim, "one thread per key column forms the scales");
   constexpr float kCodeMax = K == Kind::int8 ? 127.0f : 448.0f;
   __shared__ __align__(128) uint4 tile[kDim * kDim / 8];  // the head, row i at tile[16 i ..]
   __shared__ __align__(16) uint32_t warp_amax[kFastThreads / 32][kDim / 2];  // bf16 pairs
@@ -935,6 +937,15 @@ void check_geometry(const PoolGeometry& g, const Codec& c, const StatePoolView& 
     fail("{}: codec {} needs a scales buffer in the checkpoint pool", what, c.kind_name());
 }
 
+// The kernels move temporal values and scales in 8- and 16-byte accesses and bulk copies from
+// each pool's base (cudaMalloc returns 256-byte aligned memory).
+void check_alignment(const StatePoolView& v, const char* pool, const char* what) {
+  for (const void* ptr : {v.temporal, v.scales})
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
+      fail("{}: the {} pool's {} buffer is not 16-byte aligned", what, pool,
+           ptr == v.temporal ? "temporal" : "scales");
+}
+
 template <typename ActiveT, Kind K, typename ScaleT, int VEC, int NCHUNK>
 void launch_store_rows(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n) * g.L * (g.HV + p.conv_blocks));
@@ -1060,6 +1071,8 @@ void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, PoolDt
   if (n > 65535) fail("checkpoint_store: at most 65535 slots per launch (got {})", n);
   if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
     fail("checkpoint_store: a required device pointer is null");
+  check_alignment(active, "active", "checkpoint_store");
+  check_alignment(ckpt, "checkpoint", "checkpoint_store");
   const CodecParams p = make_params(g, active, ckpt, active_slots, ckpt_slots, error_info);
   dispatch(active_dtype, codec, [&](auto active, auto kind, auto scale) {
     launch_store<typename decltype(active)::type, decltype(kind)::value,
@@ -1076,6 +1089,8 @@ void checkpoint_load(const PoolGeometry& g, const StatePoolView& ckpt, const Cod
   if (n > 65535) fail("checkpoint_load: at most 65535 slots per launch (got {})", n);
   if (!active.temporal || !ckpt.temporal || !active_slots || !ckpt_slots)
     fail("checkpoint_load: a required device pointer is null");
+  check_alignment(active, "active", "checkpoint_load");
+  check_alignment(ckpt, "checkpoint", "checkpoint_load");
   const CodecParams p = make_params(g, ckpt, active, ckpt_slots, active_slots, nullptr);
   dispatch(active_dtype, codec, [&](auto active, auto kind, auto scale) {
     launch_load<typename decltype(active)::type, decltype(kind)::value,

@@ -17,8 +17,11 @@
 //   conv      [L, slots_total, conv_elems]    bf16 bits, conv_elems = conv_dim * (W - 1)
 // Slot lists are device int32 arrays of n entries; destination slots must be distinct.
 // A non-finite active value is not stored silently: when `error_info` (device int32[4]) is given,
-// the first offender is recorded there as {1, layer, head, i * d_k + j}; the host checks it with
+// an offender is recorded there as {1, layer, head, i * d_k + j} (of the first refused strip or
+// head to report: the largest of its threads' first offenders); the host checks it with
 // check_store_error(). CPU reference: core/codec encode_head / decode_head per head.
+// Temporal and scales buffers must be 16-byte aligned (cudaMalloc's are); otherwise, and for a
+// null required pointer or an unsupported geometry, store and load throw statecheck::Error.
 //
 // Kernels (checkpoint_codec.cu): the int8 / fp8_e4m3 store of bf16 active states with 128 x 128
 // heads runs one 128-thread block per head, which one bulk copy (TMA, sm_90) stages in shared

@@ -441,6 +441,34 @@ TEST_F(GpuTest, Bf16StoreRoundsBoundariesLikeTheCpuCodec) {
   }
 }
 
+// Argument checks run before any device work, so this needs no GPU: a pool buffer off 16-byte
+// alignment is refused by name (the pointers are never dereferenced).
+TEST(CheckpointCodecArguments, MisalignedPoolBufferIsRefused) {
+  const PoolGeometry g{1, 2, 128, 128, 0};
+  const Codec c = parse_codec("int8_fp32_scale");
+  auto* aligned = reinterpret_cast<void*>(uintptr_t{0x10000});
+  auto* off = reinterpret_cast<void*>(uintptr_t{0x10008});
+  const auto* ids = reinterpret_cast<const int32_t*>(uintptr_t{0x20000});
+  try {
+    checkpoint_store(g, {off, nullptr, nullptr, 2}, PoolDtype::bf16, {aligned, aligned, nullptr, 2},
+                     c, ids, ids, 1);
+    FAIL() << "a misaligned active pool was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("active pool's temporal buffer is not 16-byte aligned"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    checkpoint_load(g, {aligned, off, nullptr, 2}, c, {aligned, nullptr, nullptr, 2},
+                    PoolDtype::fp32, ids, ids, 1);
+    FAIL() << "a misaligned scales buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint pool's scales buffer is not 16-byte aligned"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Stores a two-slot pool whose slot 1 holds 0.01 everywhere except `bad` at (layer, head, row,
 // col) and expects the store to refuse it with that position in the message.
 void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, float bad, int layer,
