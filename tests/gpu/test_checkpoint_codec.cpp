@@ -326,6 +326,20 @@ void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& p
   }
 }
 
+// A one-layer, two-slot pool of geometry g (layout [slot, HV, d_v, d_k]) whose slot 1 holds
+// value(h, i, j) and slot 0 zeros.
+template <typename F>
+std::vector<float> probe_pool(const PoolGeometry& g, F value) {
+  const size_t head = static_cast<size_t>(g.dv) * g.dk;
+  std::vector<float> pool(2 * g.HV * head, 0.0f);
+  for (int h = 0; h < g.HV; ++h)
+    for (int i = 0; i < g.dv; ++i)
+      for (int j = 0; j < g.dk; ++j)
+        pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] =
+            value(h, i, j);
+  return pool;
+}
+
 // The int8 store's rounding on exact ties and next to them, fp32 active states on the serving
 // shape (the strip kernel: cheap rounding and exact fallback). In the first half of the columns
 // row 0 holds +-127 / 128, so the column's scale is exactly 2^-7 in fp32 and bf16 and
@@ -335,34 +349,25 @@ void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& p
 // round to different sides of the half. Every byte is compared with the CPU codec.
 TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
   const PoolGeometry g{1, 2, 128, 128, 0};
-  const size_t head = static_cast<size_t>(g.dv) * g.dk;
   for (const char* name : {"int8_fp32_scale", "int8_bf16_scale"}) {
     const Codec c = parse_codec(name);
     const float s = codec_scale(c, 0.77f);
-    std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
-    for (int h = 0; h < g.HV; ++h)
-      for (int i = 0; i < g.dv; ++i)
-        for (int j = 0; j < g.dk; ++j) {
-          float x;
-          const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
-          if (j < g.dk / 2) {  // exact ties of the exact scale 2^-7, and one ulp either side
-            if (i == 0) {
-              x = (j % 2 ? -127.0f : 127.0f) / 128.0f;
-            } else {
-              x = (static_cast<float>(k) + 0.5f) / 128.0f;
-              if ((i + j) % 3 == 1) x = std::nextafter(x, 1e9f);
-              if ((i + j) % 3 == 2) x = std::nextafter(x, -1e9f);
-            }
-          } else if (i == 0) {
-            x = j % 2 ? -0.77f : 0.77f;
-          } else {  // within two ulps of (k + 1/2) s
-            x = (static_cast<float>(k) + 0.5f) * s;
-            for (int u = (i + j) % 5 - 2; u != 0; u += u > 0 ? -1 : 1)
-              x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
-          }
-          pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
-        }
-    expect_store_matches_cpu(g, pool, PoolDtype::fp32, c, name);
+    const auto value = [&](int h, int i, int j) {
+      const int k = (i * 131 + j * 7 + h * 3) % 254 - 127;  // ties in [-126.5, 126.5]
+      if (j < g.dk / 2) {  // exact ties of the exact scale 2^-7, and one ulp either side
+        if (i == 0) return (j % 2 ? -127.0f : 127.0f) / 128.0f;
+        float x = (static_cast<float>(k) + 0.5f) / 128.0f;
+        if ((i + j) % 3 == 1) x = std::nextafter(x, 1e9f);
+        if ((i + j) % 3 == 2) x = std::nextafter(x, -1e9f);
+        return x;
+      }
+      if (i == 0) return j % 2 ? -0.77f : 0.77f;
+      float x = (static_cast<float>(k) + 0.5f) * s;  // within two ulps of (k + 1/2) s
+      for (int u = (i + j) % 5 - 2; u != 0; u += u > 0 ? -1 : 1)
+        x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
+      return x;
+    };
+    expect_store_matches_cpu(g, probe_pool(g, value), PoolDtype::fp32, c, name);
   }
 }
 
@@ -375,27 +380,20 @@ TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
 // CPU codec.
 TEST_F(GpuTest, Fp8StoreRoundsBoundariesLikeTheCpuCodec) {
   const PoolGeometry g{1, 2, 128, 128, 0};
-  const size_t head = static_cast<size_t>(g.dv) * g.dk;
   for (const char* name : {"fp8_e4m3_fp32_scale", "fp8_e4m3_bf16_scale"}) {
     const Codec c = parse_codec(name);
     const float s = codec_scale(c, 2.9f);
-    std::vector<float> pool(2 * g.HV * head, 0.0f);  // 2 slots, probe values in slot 1
-    for (int h = 0; h < g.HV; ++h)
-      for (int i = 0; i < g.dv; ++i)
-        for (int j = 0; j < g.dk; ++j) {
-          const bool exact = j < g.dk / 2;
-          float x = (j % 2 ? -1.0f : 1.0f) * (exact ? 3.5f : 2.9f);
-          if (i > 0) {
-            const int code = (i * 131 + j * 7 + h * 3) % 126;  // midpoints below 448
-            const float mid = 0.5f * (fp8_e4m3_to_float(code) + fp8_e4m3_to_float(code + 1));
-            x = (i + j) % 2 ? -mid : mid;
-            x = exact ? x / 128.0f : x * s;
-            for (int u = (i + j) % (exact ? 3 : 5) - (exact ? 1 : 2); u != 0; u += u > 0 ? -1 : 1)
-              x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
-          }
-          pool[(static_cast<size_t>(g.HV) + h) * head + static_cast<size_t>(i) * g.dk + j] = x;
-        }
-    expect_store_matches_cpu(g, pool, PoolDtype::fp32, c, name);
+    const auto value = [&](int h, int i, int j) {
+      const bool exact = j < g.dk / 2;
+      if (i == 0) return (j % 2 ? -1.0f : 1.0f) * (exact ? 3.5f : 2.9f);
+      const int code = (i * 131 + j * 7 + h * 3) % 126;  // midpoints below 448
+      const float mid = 0.5f * (fp8_e4m3_to_float(code) + fp8_e4m3_to_float(code + 1));
+      float x = ((i + j) % 2 ? -mid : mid) * (exact ? 1.0f / 128.0f : s);
+      for (int u = (i + j) % (exact ? 3 : 5) - (exact ? 1 : 2); u != 0; u += u > 0 ? -1 : 1)
+        x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
+      return x;
+    };
+    expect_store_matches_cpu(g, probe_pool(g, value), PoolDtype::fp32, c, name);
   }
 }
 
