@@ -64,7 +64,7 @@ struct ReplayRun {
 };
 
 ReplayRun replay_once(const std::string& mode, const EngineConfig& cfg,
-                      const std::vector<TraceRequest>& reqs) {
+                      const std::vector<TraceRequest>& reqs, const std::string& trace_path) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   ReplayRun run;
@@ -74,6 +74,10 @@ ReplayRun replay_once(const std::string& mode, const EngineConfig& cfg,
   run.max_running = engine.max_running();
   run.records.resize(reqs.size());
   engine.on_finish = [&](const RequestRecord& r) { run.records[static_cast<size_t>(r.tag)] = r; };
+  engine.describe_request = [&](int64_t tag) {
+    return fmt::format("the request of {} line {} ({} mode)", trace_path,
+                       reqs[static_cast<size_t>(tag)].line, mode);
+  };
   Progress progress("replay " + mode + " requests", static_cast<long>(reqs.size()));
   size_t next = 0;
   const double t_base = reqs.empty() ? 0.0 : reqs.front().timestamp_ms;
@@ -205,10 +209,10 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   const EngineConfig eng_cfg = unbounded(o.strategy, false);
 
   std::vector<ReplayRun> runs;
-  runs.push_back(replay_once("bf16", bf16_cfg, reqs));
-  runs.push_back(replay_once("int8", int8_cfg, reqs));
-  runs.push_back(replay_once("unbounded", unb_cfg, reqs));
-  runs.push_back(replay_once("unbounded_engine", eng_cfg, reqs));
+  runs.push_back(replay_once("bf16", bf16_cfg, reqs, path));
+  runs.push_back(replay_once("int8", int8_cfg, reqs, path));
+  runs.push_back(replay_once("unbounded", unb_cfg, reqs, path));
+  runs.push_back(replay_once("unbounded_engine", eng_cfg, reqs, path));
   // State-bound point: the PR benchmark's server set-up (--max-mamba-cache-size 256) with the
   // running cap fixed at 32 for both modes, so the state pools bind before the KV pool does. int8
   // gets the same state bytes: 32 x 3 active slots, the rest as checkpoint slots.
@@ -226,8 +230,8 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   sb.active_slots = static_cast<int>(sb_split.active);
   sb.ckpt_slots = static_cast<int>(sb_split.ckpt);
   const EngineConfig sb_int8 = options_engine_config(sb, m, kv_tokens);
-  runs.push_back(replay_once("state_bound_bf16", sb_bf16, reqs));
-  runs.push_back(replay_once("state_bound_int8", sb_int8, reqs));
+  runs.push_back(replay_once("state_bound_bf16", sb_bf16, reqs, path));
+  runs.push_back(replay_once("state_bound_int8", sb_int8, reqs, path));
 
   // ---- results ----------------------------------------------------------------------------------
   const std::string g = "replay";

@@ -205,6 +205,30 @@ TEST(CacheFailureShape, EngineQueuedRequestHoldsNoSlot) {
   e.check();
 }
 
+// A request larger than the KV pool can never be admitted: the error names it by the caller's
+// description of its tag (a trace line in replay), or by id and tag without one.
+TEST(CacheFailureShape, NeverAdmittableRequestIsNamed) {
+  EngineConfig cfg = small_config(CacheMode::int8, CacheStrategy::extra_buffer);
+  cfg.cache.kv_tokens = 100;
+  for (const bool described : {false, true}) {
+    Engine e(cfg);
+    if (described)
+      e.describe_request = [](int64_t tag) { return "trace.jsonl line " + std::to_string(tag); };
+    RequestSpec s;
+    s.prompt = synthetic_tokens(7, 1, 300);
+    s.tag = 42;
+    e.submit(s);
+    try {
+      e.run();
+      FAIL() << "a 300-token request ran in a 100-token KV pool";
+    } catch (const Error& err) {
+      const std::string want = described ? "trace.jsonl line 42 (300 prompt tokens"
+                                         : "request 0 (tag 42) (300 prompt tokens";
+      EXPECT_NE(std::string(err.what()).find(want), std::string::npos) << err.what();
+    }
+  }
+}
+
 // Failure shape 2: a finished request with nothing tracked must not insert an empty node.
 TEST(CacheFailureShape, FinishedWithNothingTrackedInsertsNothing) {
   for (CacheMode mode : {CacheMode::bf16, CacheMode::int8}) {

@@ -231,11 +231,13 @@ bool Engine::step() {
       progressed = true;
     } else if (!waiting_.empty()) {
       const Req& r = *reqs_[waiting_.front()];
+      const std::string who = describe_request
+                                  ? describe_request(r.rec.tag)
+                                  : fmt::format("request {} (tag {})", r.id, r.rec.tag);
       fail(
-          "engine: request {} ({} prompt tokens, {} outputs) can never be admitted: KV pool {} "
-          "tokens, active "
-          "pool {} slots, {} per request (pools too small)",
-          r.id, r.rec.prompt_len, r.spec.output_len, cache_.kv().size(),
+          "engine: {} ({} prompt tokens, {} outputs) can never be admitted: KV pool {} tokens, "
+          "active pool {} slots, {} per request (pools too small)",
+          who, r.rec.prompt_len, r.spec.output_len, cache_.kv().size(),
           cache_.active().allocator().size(), cache_.config().slots_per_request());
     }
   }

@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <queue>
+#include <string>
 #include <vector>
 
 #include "core/cache/state_cache.h"
@@ -114,6 +115,9 @@ class Engine {
 
   // Called for every finished (or aborted) request, at the engine's current time; may submit.
   std::function<void(const RequestRecord&)> on_finish;
+  // Optional: how an error message names a request, from its tag (the caller's label, e.g. a trace
+  // line). Without it a request is named by its id and tag.
+  std::function<std::string(int64_t tag)> describe_request;
 
   double now() const { return now_; }
   int running() const { return static_cast<int>(running_.size()); }
