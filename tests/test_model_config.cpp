@@ -1,4 +1,8 @@
 // Model configs: shipped files, Hugging Face config.json parsing, TP sharding, errors.
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -104,6 +108,25 @@ TEST(ModelConfig, HuggingFaceKimiLinear) {
   EXPECT_EQ(m.linear_layers, shipped.linear_layers);
   EXPECT_EQ(m.gate, GateKind::kda);
   EXPECT_EQ(m.conv_dim(), shipped.conv_dim());
+
+  // kda_layers of the right count that do not partition the layers with full_attn_layers.
+  const std::vector<std::pair<std::vector<int>, std::string>> bad = {
+      {{1, 2, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26},
+       "'linear_attn_config.kda_layers[2]' is layer 4, already listed in 'full_attn_layers'"},
+      {{1, 1, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26},
+       "'linear_attn_config.kda_layers[1]' is layer 1, already listed in 'kda_layers'"},
+      {{0, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26},
+       "'linear_attn_config.kda_layers[0]' is 0, outside 1..num_hidden_layers (27)"}};
+  for (const auto& [kda, want] : bad) {
+    json k = j;
+    k["linear_attn_config"]["kda_layers"] = kda;
+    try {
+      parse_model_config(k, "config.json", 1);
+      FAIL() << "kda_layers accepted: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ModelConfig, InconsistentOrMissingFieldsAreClearErrors) {

@@ -195,8 +195,22 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
     m.full_attention.kv_lora_rank = get_int(j, "kv_lora_rank", origin, where);
     m.full_attention.rope_dim = get_int(j, "qk_rope_head_dim", origin, where);
     if (lin.contains("kda_layers")) {
-      // Cross-check: kda_layers and full_attn_layers must partition 1..num_layers.
-      std::vector<int> kda = get_int_list(lin, "kda_layers", origin, lw);
+      // Cross-check: kda_layers and full_attn_layers (both 1-based) must partition
+      // 1..num_layers: each layer exactly once, in one list.
+      const std::vector<int> kda = get_int_list(lin, "kda_layers", origin, lw);
+      std::vector<int> seen(static_cast<size_t>(std::max(m.num_layers, 0)) + 1, 0);
+      for (int l : m.full_layers)
+        if (l >= 0 && l < m.num_layers) seen[static_cast<size_t>(l) + 1] = 2;
+      for (size_t i = 0; i < kda.size(); ++i) {
+        const int l = kda[i];
+        if (l < 1 || l > m.num_layers)
+          fail("{}: '{}kda_layers[{}]' is {}, outside 1..num_hidden_layers ({})", origin, lw, i, l,
+               m.num_layers);
+        if (seen[static_cast<size_t>(l)])
+          fail("{}: '{}kda_layers[{}]' is layer {}, already listed in {}", origin, lw, i, l,
+               seen[static_cast<size_t>(l)] == 2 ? "'full_attn_layers'" : "'kda_layers'");
+        seen[static_cast<size_t>(l)] = 1;
+      }
       if (static_cast<int>(kda.size() + m.full_layers.size()) != m.num_layers)
         fail(
             "{}: '{}kda_layers' ({}) and 'full_attn_layers' ({}) do not cover num_hidden_layers "
