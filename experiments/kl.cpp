@@ -173,6 +173,9 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
         o.model);
   const TinyLM model = TinyLM::load(config_path);
   const TinyLMConfig& c = model.config();
+  if (o.tp > 1)  // suite passes its --tp to every experiment; this one has no shards
+    fmt::print("kl: the tiny model runs whole (TP 1); --tp {} applies to the other experiments\n",
+               o.tp);
   // The result file names the model that ran, not the serving model of the options.
   file.attr("/", "model", c.name + " (" + config_path + ")");
   file.attr("/", "tp", static_cast<int64_t>(1));

@@ -154,6 +154,9 @@ TEST(ModelConfig, InconsistentOrMissingFieldsAreClearErrors) {
     FAIL() << "TP 3 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("TP 3 does not divide"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("this model shards at TP 1, 2, 4, 8, 16"),
+              std::string::npos)
+        << e.what();
   }
   j.erase("linear_key_head_dim");
   try {

@@ -258,9 +258,16 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   if (m.num_value_heads % m.num_key_heads != 0)
     fail("{}: num_value_heads ({}) is not a multiple of num_key_heads ({}) (GVA needs HV % H == 0)",
          origin, m.num_value_heads, m.num_key_heads);
-  if (m.num_key_heads % m.tp != 0 || m.num_value_heads % m.tp != 0)
-    fail("{}: TP {} does not divide the key heads ({}) and value heads ({})", origin, m.tp,
-         m.num_key_heads, m.num_value_heads);
+  if (m.num_key_heads % m.tp != 0 || m.num_value_heads % m.tp != 0) {
+    std::string valid;  // the TP degrees that shard this model's heads
+    for (int t = 1; t <= m.num_key_heads; ++t)
+      if (m.num_key_heads % t == 0 && m.num_value_heads % t == 0)
+        valid += (valid.empty() ? "" : ", ") + std::to_string(t);
+    fail(
+        "{}: TP {} does not divide the key heads ({}) and value heads ({}); this model shards at "
+        "TP {}",
+        origin, m.tp, m.num_key_heads, m.num_value_heads, valid);
+  }
   if (m.conv_dim() % m.tp != 0)
     fail("{}: TP {} does not divide the conv channels ({})", origin, m.tp, m.conv_dim());
   if (m.full_attention.kind == FullAttentionSpec::Kind::mha && !m.full_layers.empty()) {
