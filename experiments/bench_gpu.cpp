@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
-#include <utility>
 
 #include <fmt/format.h>
 
@@ -307,7 +307,7 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
 
 // Times, for every row, a device-to-device cudaMemcpy that moves the row's bytes (half read, half
 // written) with the same timer, issued on the stream as the copy bandwidth is (a memcpy node of a
-// CUDA graph runs on the copy engines, at about 64% of that rate): the rate a plain copy of that
+// CUDA graph runs on the copy engines, well below that rate): the rate a plain copy of that
 // size reaches. Below a few hundred MB a launch's ramp-up, tail and (with the read flush) the
 // write-back of its dirty L2 lines weigh on any kernel; this is the yardstick for them. One
 // timing per distinct size.
@@ -317,24 +317,21 @@ void time_same_size_copies(GpuTimer& timer, std::vector<Row>& rows, int repeats)
   const size_t half_max = (static_cast<size_t>(most / 2) + 255) / 256 * 256;
   DeviceBuffer<uint8_t> src(half_max), dst(half_max);
   STATECHECK_CUDA_CHECK(cudaMemset(src.data(), 0x5A, half_max));
-  std::vector<std::pair<double, double>> done;  // (bytes, median ms)
+  std::map<double, double> ms_of_bytes;
   for (auto& r : rows) {
-    const auto it =
-        std::find_if(done.begin(), done.end(), [&](const auto& d) { return d.first == r.bytes; });
-    if (it != done.end()) {
-      r.ms_same_size_copy = it->second;
-      continue;
+    auto [it, fresh] = ms_of_bytes.try_emplace(r.bytes, 0.0);
+    if (fresh) {
+      const size_t half = static_cast<size_t>(r.bytes / 2) / 16 * 16;
+      it->second = timer
+                       .time(
+                           [&](cudaStream_t s) {
+                             STATECHECK_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), half,
+                                                                   cudaMemcpyDeviceToDevice, s));
+                           },
+                           repeats, /*use_graph=*/false)
+                       .median_ms;
     }
-    const size_t half = static_cast<size_t>(r.bytes / 2) / 16 * 16;
-    r.ms_same_size_copy = timer
-                              .time(
-                                  [&](cudaStream_t s) {
-                                    STATECHECK_CUDA_CHECK(cudaMemcpyAsync(
-                                        dst.data(), src.data(), half, cudaMemcpyDeviceToDevice, s));
-                                  },
-                                  repeats, /*use_graph=*/false)
-                              .median_ms;
-    done.emplace_back(r.bytes, r.ms_same_size_copy);
+    r.ms_same_size_copy = it->second;
   }
 }
 

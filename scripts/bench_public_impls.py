@@ -77,6 +77,14 @@ def timer(fn, repeats, flush):
     return times[len(times) // 2], memset[len(memset) // 2]
 
 
+def row(impl, name, nbytes, times, copy_gbps):
+    """A result row: `times` = (ms, ms_memset_flush) from timer(), `nbytes` the byte model."""
+    ms, ms_memset = times
+    gbps = nbytes / (ms * 1e-3) / 1e9
+    return {"impl": impl, "name": name, "ms": ms, "gbps": gbps, "fraction_of_copy": gbps / copy_gbps,
+            "fraction_of_copy_memset_flush": nbytes / (ms_memset * 1e-3) / 1e9 / copy_gbps}
+
+
 def quantize(state, qmax, fp8):
     """The public codec's math: amax over d_v in fp32, scale rounded to the state dtype first."""
     s32 = state.float()
@@ -121,11 +129,8 @@ def bench_codec(dev, repeats, flush, copy_gbps, rows):
                 nbytes = n * L * HV * DV * DK * (active.element_size() + 1) + n * L * HV * DK * scale.element_size() \
                     + 4 * n * L * CONV + 8 * n
                 for op, fn in (("store", store), ("load", load)):
-                    ms, ms_memset = timer(fn, repeats, flush)
-                    gbps = nbytes / (ms * 1e-3) / 1e9
-                    rows.append({"impl": "torch_ops", "name": f"{op}_{codec}_{name}_active_N{n}", "ms": ms,
-                                 "gbps": gbps, "fraction_of_copy": gbps / copy_gbps,
-                                 "fraction_of_copy_memset_flush": nbytes / (ms_memset * 1e-3) / 1e9 / copy_gbps})
+                    rows.append(row("torch_ops", f"{op}_{codec}_{name}_active_N{n}", nbytes,
+                                    timer(fn, repeats, flush), copy_gbps))
 
 
 def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
@@ -155,13 +160,10 @@ def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
                 def run():
                     fused_recurrent_gated_delta_rule_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=K ** -0.5, initial_state=h0,
                                                          output_final_state=True, use_qk_l2norm_in_kernel=True)
-            ms, ms_memset = timer(run, repeats, flush)
             per_token = 2 * (2 * H * K + HVx * V) + 4 * (HVx * K if kda else HVx) + 4 * HVx + 2 * HVx * V
             nbytes = 2.0 * B * HVx * K * V * 4 + per_token * B
-            gbps = nbytes / (ms * 1e-3) / 1e9
-            rows.append({"impl": "fla_fused_recurrent", "name": f"decode_{shape}_fp32_state_B{B}", "ms": ms, "gbps": gbps,
-                         "fraction_of_copy": gbps / copy_gbps,
-                         "fraction_of_copy_memset_flush": nbytes / (ms_memset * 1e-3) / 1e9 / copy_gbps})
+            rows.append(row("fla_fused_recurrent", f"decode_{shape}_fp32_state_B{B}", nbytes,
+                            timer(run, repeats, flush), copy_gbps))
 
 
 def main():

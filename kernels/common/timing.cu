@@ -49,26 +49,25 @@ TimingStats GpuTimer::time(const std::function<void(cudaStream_t)>& launch, int 
   };
   run();  // warm-up
   STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  auto timed = [&](bool with_launch) {
-    flush();
+  auto between_events = [&](auto&& body) {
     STATECHECK_CUDA_CHECK(cudaEventRecord(start_, stream_));
-    if (with_launch) run();
-    flush();  // writes the launch's dirty lines back to HBM inside the timed region
+    body();
     STATECHECK_CUDA_CHECK(cudaEventRecord(stop_, stream_));
     STATECHECK_CUDA_CHECK(cudaEventSynchronize(stop_));
     float t = 0;
     STATECHECK_CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));
     return static_cast<double>(t);
   };
+  auto timed = [&](bool with_launch) {
+    flush();
+    return between_events([&] {
+      if (with_launch) run();
+      flush();  // writes the launch's dirty lines back to HBM inside the timed region
+    });
+  };
   auto timed_memset = [&](int r) {
     STATECHECK_CUDA_CHECK(cudaMemsetAsync(flush_.data(), r & 0xFF, flush_.bytes(), stream_));
-    STATECHECK_CUDA_CHECK(cudaEventRecord(start_, stream_));
-    run();
-    STATECHECK_CUDA_CHECK(cudaEventRecord(stop_, stream_));
-    STATECHECK_CUDA_CHECK(cudaEventSynchronize(stop_));
-    float t = 0;
-    STATECHECK_CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));
-    return static_cast<double>(t);
+    return between_events(run);
   };
   std::vector<double> with, alone, memset_flush;
   for (int r = 0; r < repeats; ++r) {
