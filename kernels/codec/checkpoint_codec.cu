@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/vector_io.cuh"
 
@@ -658,45 +659,6 @@ __global__ void __launch_bounds__(THREADS) store_scaled_strip_kernel(CodecParams
       *reinterpret_cast<uint32_t*>(dst + r * row_step) = pack_low_bytes(q[0], q[1], q[2], q[3]);
     }
   }
-}
-
-// Shared-memory address of a generic pointer to shared memory (for PTX operands).
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// A transaction barrier (PTX mbarrier) in shared memory that one bulk copy completes: thread 0
-// calls init_copy_barrier, the block synchronises, thread 0 calls bulk_copy_to_shared, and every
-// thread calls wait_copy_barrier. sm_90 (PTX ISA 8.0: mbarrier expect_tx, cp.async.bulk).
-__device__ __forceinline__ void init_copy_barrier(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-// Copies `bytes` (a multiple of 16, at most 2^20 - 1) from global `src` to shared `dst`, both
-// 16-byte aligned, by the tensor memory accelerator; completion is signalled on `bar`.
-__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes,
-                                                    uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)),
-               "r"(bytes)
-               : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(shared_address(dst)),
-      "l"(src), "r"(bytes), "r"(shared_address(bar))
-      : "memory");
-}
-
-// Waits until the barrier's phase `parity` has completed (the copy has landed).
-__device__ __forceinline__ void wait_copy_barrier(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(shared_address(bar)), "r"(parity)
-        : "memory");
 }
 
 // Eight consecutive bf16 values (one 16-byte word) as fp32, exactly.

@@ -1,9 +1,12 @@
 #include "kernels/gated_delta/gated_delta_pool.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include <cuda_bf16.h>
 
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/vector_io.cuh"
 
@@ -170,6 +173,101 @@ __device__ __forceinline__ float row_sum(float x) {
   return x;
 }
 
+// The inputs of token t that a lane of the rows8 layout (below) reads for value head h: its key
+// columns c * 32 + sub * 4 + e of q and k (key head kh) and, for KDA, of g; v at its rows; beta.
+template <int NCH, bool KDA, int RPL>
+__device__ __forceinline__ void load_token(const Params& p, int t, int h, int kh, int sub,
+                                           const int (&rows)[RPL], const bool (&row_ok)[RPL],
+                                           TokenRegs<NCH, KDA, RPL>& r) {
+  constexpr int dk = NCH * 32;
+  const __nv_bfloat16* qt = p.q + (static_cast<size_t>(t) * p.H + kh) * dk;
+  const __nv_bfloat16* kt = p.k + (static_cast<size_t>(t) * p.H + kh) * dk;
+#pragma unroll
+  for (int c = 0; c < NCH; ++c) {
+    load_bf16x4(qt + c * 32 + sub * 4, &r.q[c * 4]);
+    load_bf16x4(kt + c * 32 + sub * 4, &r.k[c * 4]);
+  }
+  if constexpr (KDA) {
+    const float* gt = p.g + (static_cast<size_t>(t) * p.HV + h) * dk;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      const float4 x = *reinterpret_cast<const float4*>(gt + c * 32 + sub * 4);
+      r.g[c * 4] = x.x, r.g[c * 4 + 1] = x.y, r.g[c * 4 + 2] = x.z, r.g[c * 4 + 3] = x.w;
+    }
+  } else {
+    r.g[0] = p.g[static_cast<size_t>(t) * p.HV + h];
+  }
+  const __nv_bfloat16* vt = p.v + (static_cast<size_t>(t) * p.HV + h) * p.dv;
+#pragma unroll
+  for (int i = 0; i < RPL; ++i) r.v[i] = row_ok[i] ? __bfloat162float(vt[rows[i]]) : 0.0f;
+  r.beta = p.beta[static_cast<size_t>(t) * p.HV + h];
+}
+
+// One token of the recurrence on a lane's RPL state rows s (rows8 layout): q and k normalised,
+// decay, delta-rule write, readout. out[r] is row r's output, summed over the row's 8 lanes. The
+// token registers are consumed (q, k and g are scaled in place).
+template <int NCH, bool KDA, int RPL>
+__device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, RPL>& cur,
+                                           float (&s)[RPL][NCH * 4], float (&out)[RPL]) {
+  constexpr int NCOL = NCH * 4;
+  float qsum = 0.0f, ksum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < NCOL; ++i) {
+    qsum += cur.q[i] * cur.q[i];
+    ksum += cur.k[i] * cur.k[i];
+  }
+  float qscale = p.scale, kscale = 1.0f;
+  if (p.qk_l2norm) {
+    qscale = p.scale / sqrtf(row_sum(qsum) + 1e-6f);
+    kscale = 1.0f / sqrtf(row_sum(ksum) + 1e-6f);
+  }
+  // Normalised q, k and the decay, in place in the token registers.
+  float* kk = cur.k;
+  float* qq = cur.q;
+  const float a = KDA ? 0.0f : expf(cur.g[0]);
+#pragma unroll
+  for (int i = 0; i < NCOL; ++i) {
+    kk[i] *= kscale;
+    qq[i] *= qscale;
+    if constexpr (KDA) cur.g[i] = expf(cur.g[i]);
+  }
+  float part[RPL], w[RPL];
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) {
+    part[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NCOL; ++i) {
+      s[r][i] *= KDA ? cur.g[KDA ? i : 0] : a;
+      part[r] += s[r][i] * kk[i];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) w[r] = cur.beta * (cur.v[r] - row_sum(part[r]));
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) {
+    out[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NCOL; ++i) {
+      s[r][i] += w[r] * kk[i];
+      out[r] += s[r][i] * qq[i];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) out[r] = row_sum(out[r]);
+}
+
+// Writes token t's outputs of a lane's rows (lane sub == 0 of each row) as bf16, if o is wanted.
+template <int RPL>
+__device__ __forceinline__ void store_outputs(const Params& p, int t, int h, int sub,
+                                              const int (&rows)[RPL], const bool (&row_ok)[RPL],
+                                              const float (&out)[RPL]) {
+  if (!p.o || sub != 0) return;
+  __nv_bfloat16* ot = p.o + (static_cast<size_t>(t) * p.HV + h) * p.dv;
+#pragma unroll
+  for (int r = 0; r < RPL; ++r)
+    if (row_ok[r]) ot[rows[r]] = __float2bfloat16_rn(out[r]);
+}
+
 // Fast layout for d_k = 32 * NCH (32, 64, 128, 256): 8 lanes per state row, 4 rows per warp
 // instruction; lane l owns rows row0 + (l >> 3) + 4 i (i < RPL) and key columns
 // c * 32 + (l & 7) * 4 + e, so every warp load or store is four full 128-byte row segments and a
@@ -210,90 +308,19 @@ __global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4)
     }
 
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
-  auto load_token = [&](int t, TokenRegs<NCH, KDA, RPL>& r) {
-    const __nv_bfloat16* qt = p.q + (static_cast<size_t>(t) * p.H + kh) * dk;
-    const __nv_bfloat16* kt = p.k + (static_cast<size_t>(t) * p.H + kh) * dk;
-#pragma unroll
-    for (int c = 0; c < NCH; ++c) {
-      load_bf16x4(qt + c * 32 + sub * 4, &r.q[c * 4]);
-      load_bf16x4(kt + c * 32 + sub * 4, &r.k[c * 4]);
-    }
-    if constexpr (KDA) {
-      const float* gt = p.g + (static_cast<size_t>(t) * p.HV + h) * dk;
-#pragma unroll
-      for (int c = 0; c < NCH; ++c) {
-        const float4 x = *reinterpret_cast<const float4*>(gt + c * 32 + sub * 4);
-        r.g[c * 4] = x.x, r.g[c * 4 + 1] = x.y, r.g[c * 4 + 2] = x.z, r.g[c * 4 + 3] = x.w;
-      }
-    } else {
-      r.g[0] = p.g[static_cast<size_t>(t) * p.HV + h];
-    }
-    const __nv_bfloat16* vt = p.v + (static_cast<size_t>(t) * p.HV + h) * dv;
-#pragma unroll
-    for (int i = 0; i < RPL; ++i) r.v[i] = row_ok[i] ? __bfloat162float(vt[rows[i]]) : 0.0f;
-    r.beta = p.beta[static_cast<size_t>(t) * p.HV + h];
-  };
-
   TokenRegs<NCH, KDA, RPL> cur, nxt;
-  if (t0 < t1) load_token(t0, cur);
+  if (t0 < t1) load_token(p, t0, h, kh, sub, rows, row_ok, cur);
   for (int t = t0; t < t1; ++t) {
     if constexpr (PREFETCH) {
-      if (t + 1 < t1) load_token(t + 1, nxt);
+      if (t + 1 < t1) load_token(p, t + 1, h, kh, sub, rows, row_ok, nxt);
     }
-    float qsum = 0.0f, ksum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NCOL; ++i) {
-      qsum += cur.q[i] * cur.q[i];
-      ksum += cur.k[i] * cur.k[i];
-    }
-    float qscale = p.scale, kscale = 1.0f;
-    if (p.qk_l2norm) {
-      qscale = p.scale / sqrtf(row_sum(qsum) + 1e-6f);
-      kscale = 1.0f / sqrtf(row_sum(ksum) + 1e-6f);
-    }
-    // Normalised q, k and the decay, in place in the token registers.
-    float* kk = cur.k;
-    float* qq = cur.q;
-    const float a = KDA ? 0.0f : expf(cur.g[0]);
-#pragma unroll
-    for (int i = 0; i < NCOL; ++i) {
-      kk[i] *= kscale;
-      qq[i] *= qscale;
-      if constexpr (KDA) cur.g[i] = expf(cur.g[i]);
-    }
-    float part[RPL], w[RPL], out[RPL];
-#pragma unroll
-    for (int r = 0; r < RPL; ++r) {
-      part[r] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < NCOL; ++i) {
-        s[r][i] *= KDA ? cur.g[KDA ? i : 0] : a;
-        part[r] += s[r][i] * kk[i];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < RPL; ++r) w[r] = cur.beta * (cur.v[r] - row_sum(part[r]));
-#pragma unroll
-    for (int r = 0; r < RPL; ++r) {
-      out[r] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < NCOL; ++i) {
-        s[r][i] += w[r] * kk[i];
-        out[r] += s[r][i] * qq[i];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < RPL; ++r) out[r] = row_sum(out[r]);
-    if (p.o && sub == 0) {
-      __nv_bfloat16* ot = p.o + (static_cast<size_t>(t) * p.HV + h) * dv;
-#pragma unroll
-      for (int r = 0; r < RPL; ++r)
-        if (row_ok[r]) ot[rows[r]] = __float2bfloat16_rn(out[r]);
-    }
+    float out[RPL];
+    token_step(p, cur, s, out);
+    store_outputs(p, t, h, sub, rows, row_ok, out);
     if constexpr (PREFETCH) {
       if (t + 1 < t1) cur = nxt;
     } else {
-      if (t + 1 < t1) load_token(t + 1, cur);
+      if (t + 1 < t1) load_token(p, t + 1, h, kh, sub, rows, row_ok, cur);
     }
   }
 
@@ -303,6 +330,147 @@ __global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4)
 #pragma unroll
       for (int c = 0; c < NCH; ++c)
         store_vec<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
+}
+
+// Decode over fp32 states with d_k = 128 and d_v % 32 == 0, staged through shared memory by bulk
+// copies so that loads, arithmetic and stores of different tiles overlap in every block.
+// A tile is kPipeRows consecutive state rows (16 KB) of one (sequence, value head); tiles are
+// numbered (sequence, head, part), so consecutive tiles of a sequence are consecutive in its slot.
+// The grid is persistent: block b takes tiles b, b + gridDim.x, ... Thread 0 keeps the next
+// kPipeStages tiles' loads in flight (a ring of shared buffers, one transaction barrier each) and
+// writes each finished tile back with a bulk copy; refilling a buffer waits only until its store
+// has read it. All threads compute a tile in the rows8 layout (2 rows per lane) on shared memory,
+// with the inputs of the next tile's first token loaded while the current tile is computed. Every
+// token of a sequence is applied (the max_seq_len hint only selects this kernel); a sequence
+// without tokens is written back unchanged. Arithmetic is token_step's, so results are bit for bit
+// those of gated_delta_pool_rows8_kernel. Measured against it on the H200 (batch 256, GDN and KDA
+// shapes of the real models): results/gpu/2026-11-29_nvidia-h200_run5/variants/.
+constexpr int kPipeRows = 32;
+constexpr int kPipeStages = 4;
+constexpr int kPipeWarps = 4;
+constexpr size_t kPipeTileBytes = size_t(kPipeRows) * 128 * sizeof(float);
+constexpr size_t kPipeSharedBytes = kPipeStages * (kPipeTileBytes + sizeof(uint64_t));
+
+template <bool KDA>
+__global__ void __launch_bounds__(kPipeWarps * 32, 3)
+    gated_delta_decode_pipelined_kernel(Params p, int num_tiles) {
+  constexpr int NCH = 4, NCOL = NCH * 4, DK = NCH * 32;
+  constexpr int RPL = kPipeRows / (kPipeWarps * 4);
+  constexpr int kTileFloats = kPipeRows * DK;
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* const ring = reinterpret_cast<float*>(smem);
+  uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + kPipeStages * kPipeTileBytes);
+  const int parts = p.dv / kPipeRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane & 7;
+  const int local_row0 = warp * 4 * RPL + (lane >> 3);  // the lane's tile rows: local_row0 + 4 r
+  float* const pool = static_cast<float*>(p.pool);
+  auto tile_state = [&](int tile) {
+    const int part = tile % parts, h = (tile / parts) % p.HV, seq = tile / (parts * p.HV);
+    return pool + ((static_cast<size_t>(p.slot_ids[seq]) * p.HV + h) * p.dv +
+                   static_cast<size_t>(part) * kPipeRows) *
+                      DK;
+  };
+  struct TileTokens {
+    int t0, t1, h;
+    int rows[RPL];  // the lane's rows within the head's state
+  };
+  bool all_rows[RPL];  // every row of a tile exists (d_v % kPipeRows == 0)
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) all_rows[r] = true;
+  auto tile_tokens = [&](int tile, TileTokens& tt) {
+    const int part = tile % parts, seq = tile / (parts * p.HV);
+    tt.h = (tile / parts) % p.HV;
+    tt.t0 = p.cu[seq], tt.t1 = p.cu[seq + 1];
+#pragma unroll
+    for (int r = 0; r < RPL; ++r) tt.rows[r] = part * kPipeRows + local_row0 + 4 * r;
+  };
+
+  if (threadIdx.x == 0)
+    for (int st = 0; st < kPipeStages; ++st) init_copy_barrier(&landed[st]);
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int st = 0; st < kPipeStages; ++st) {
+      const int tile = blockIdx.x + st * gridDim.x;
+      if (tile < num_tiles)
+        bulk_copy_to_shared(ring + st * kTileFloats, tile_state(tile), kPipeTileBytes, &landed[st]);
+    }
+
+  TileTokens cur_tt, next_tt;
+  TokenRegs<NCH, KDA, RPL> cur, next;
+  int tile = blockIdx.x;
+  if (tile < num_tiles) {
+    tile_tokens(tile, cur_tt);
+    if (cur_tt.t0 < cur_tt.t1)
+      load_token(p, cur_tt.t0, cur_tt.h, cur_tt.h / (p.HV / p.H), sub, cur_tt.rows, all_rows, cur);
+  }
+  for (int i = 0; tile < num_tiles; ++i, tile += gridDim.x) {
+    const int stage = i % kPipeStages;
+    if (tile + gridDim.x < num_tiles) {
+      tile_tokens(tile + gridDim.x, next_tt);
+      if (next_tt.t0 < next_tt.t1)
+        load_token(p, next_tt.t0, next_tt.h, next_tt.h / (p.HV / p.H), sub, next_tt.rows, all_rows,
+                   next);
+    }
+    wait_copy_barrier(&landed[stage], (i / kPipeStages) & 1);
+    float* const buf = ring + stage * kTileFloats;
+    if (cur_tt.t0 < cur_tt.t1) {
+      float s[RPL][NCOL];
+#pragma unroll
+      for (int r = 0; r < RPL; ++r)
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+          load_vec<4>(buf + (local_row0 + 4 * r) * DK + c * 32 + sub * 4, &s[r][c * 4]);
+      const int kh = cur_tt.h / (p.HV / p.H);
+      for (int t = cur_tt.t0; t < cur_tt.t1; ++t) {
+        if (t > cur_tt.t0) load_token(p, t, cur_tt.h, kh, sub, cur_tt.rows, all_rows, cur);
+        float out[RPL];
+        token_step(p, cur, s, out);
+        store_outputs(p, t, cur_tt.h, sub, cur_tt.rows, all_rows, out);
+      }
+#pragma unroll
+      for (int r = 0; r < RPL; ++r)
+#pragma unroll
+        for (int c = 0; c < NCH; ++c)
+          store_vec<4>(buf + (local_row0 + 4 * r) * DK + c * 32 + sub * 4, &s[r][c * 4]);
+      fence_shared_to_async();
+    }
+    __syncthreads();  // the tile is complete in shared memory
+    if (threadIdx.x == 0) {
+      bulk_copy_to_global(tile_state(tile), buf, kPipeTileBytes);
+      // The previous tile's buffer takes the tile kPipeStages after it, once its store has read it.
+      const int refill = tile + (kPipeStages - 1) * gridDim.x;
+      if (i > 0 && refill < num_tiles) {
+        wait_bulk_stores_read<1>();
+        const int prev = (i - 1) % kPipeStages;
+        bulk_copy_to_shared(ring + prev * kTileFloats, tile_state(refill), kPipeTileBytes,
+                            &landed[prev]);
+      }
+    }
+    cur = next;
+    cur_tt = next_tt;
+  }
+  if (threadIdx.x == 0) wait_bulk_stores();
+}
+
+template <bool KDA>
+void launch_decode_pipelined(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
+  const auto kernel = gated_delta_decode_pipelined_kernel<KDA>;
+  // Resident blocks per SM at this shared-memory size (set once per process: one device).
+  static const int blocks_per_sm = [kernel] {
+    STATECHECK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(kPipeSharedBytes)));
+    int n = 0;
+    STATECHECK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kPipeWarps * 32,
+                                                                        kPipeSharedBytes));
+    return n;
+  }();
+  int device = 0, sms = 0;
+  STATECHECK_CUDA_CHECK(cudaGetDevice(&device));
+  STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int num_tiles = a.num_seqs * a.HV * (a.dv / kPipeRows);
+  int grid = std::min(num_tiles, std::max(1, blocks_per_sm) * sms);
+  if (a.max_blocks > 0) grid = std::min(grid, a.max_blocks);
+  kernel<<<grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, num_tiles);
 }
 
 template <int NCH, bool PREFETCH, int RPL>
@@ -381,7 +549,14 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   p.g = a.g;
   p.beta = a.beta;
   p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
-  if (a.dk == 128)
+  const bool aligned = reinterpret_cast<uintptr_t>(a.state_pool) % 16 == 0;
+  if (a.max_seq_len == 1 && a.dk == 128 && a.dv % kPipeRows == 0 &&
+      a.state_dtype == PoolDtype::fp32 && aligned) {
+    if (a.gate == GateKind::kda)
+      launch_decode_pipelined<true>(a, p, stream);
+    else
+      launch_decode_pipelined<false>(a, p, stream);
+  } else if (a.dk == 128)
     launch_rows8<4>(a, p, stream);
   else if (a.dk == 64)
     launch_rows8<2>(a, p, stream);

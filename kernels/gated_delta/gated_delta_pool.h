@@ -59,8 +59,13 @@ struct GatedDeltaPoolArgs {
   const float* beta = nullptr;
   uint16_t* o = nullptr;
   // Optional hint: the longest sequence of the launch in tokens (0: unknown). 1 selects the
-  // decode variant of the kernel (no input prefetch, fewer registers); results are identical.
+  // decode variant of the kernel (fp32 state, d_k = 128, d_v % 32 == 0: the state staged through
+  // shared memory by bulk copies on a persistent grid; otherwise no input prefetch, fewer
+  // registers). Every token is applied whatever the hint says, and results are identical.
   int max_seq_len = 0;
+  // Optional cap on the persistent decode variant's grid (0: as many blocks as are resident on
+  // the device at once). Fewer blocks make each one cycle through more tiles.
+  int max_blocks = 0;
 };
 
 // Launches the kernel on `stream`. Throws statecheck::Error on invalid shapes (H, HV, d_k, d_v

@@ -25,6 +25,8 @@ struct Case {
   GateKind gate;
   PoolDtype dtype;
   std::vector<int> lengths;  // tokens per sequence
+  int max_seq_len = -1;      // the launch's hint; -1: 1 when every sequence has at most 1 token
+  int max_blocks = 0;        // cap on the persistent decode grid (0: none)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -91,8 +93,11 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
 
   GatedDeltaPoolArgs a;
   a.num_seqs = static_cast<int>(ref.slot_ids.size());
-  // Decode batches pass the one-token hint (decode variant); varlen batches pass none (0).
-  a.max_seq_len = *std::max_element(c.lengths.begin(), c.lengths.end()) == 1 ? 1 : 0;
+  // Decode batches pass the one-token hint (decode variant); varlen batches pass none (0), unless
+  // the case sets the hint itself.
+  const int longest = *std::max_element(c.lengths.begin(), c.lengths.end());
+  a.max_seq_len = c.max_seq_len >= 0 ? c.max_seq_len : (longest <= 1 ? 1 : 0);
+  a.max_blocks = c.max_blocks;
   a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
   a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data())
                                             : static_cast<void*>(pool16.data());
@@ -181,6 +186,8 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
 
 const std::vector<int> kDecode8 = {1, 1, 1, 1, 1, 1, 1, 1};
 const std::vector<int> kVarlen = {63, 1, 17, 40};
+// Decode with two sequences that have no token: their states must come back bit for bit.
+const std::vector<int> kDecodeGaps = {1, 0, 1, 1, 1, 0, 1, 1};
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GatedDeltaPool,
@@ -196,7 +203,24 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gdn_fp32_dk30_dv50_scalar_path", 1, 3, 30, 50, GateKind::gdn, PoolDtype::fp32,
              kVarlen},
         Case{"kda_fp32_dk64_dv64_decode", 2, 4, 64, 64, GateKind::kda, PoolDtype::fp32, kDecode8},
-        Case{"gdn_fp32_dk256_dv40", 1, 2, 256, 40, GateKind::gdn, PoolDtype::fp32, kVarlen}),
+        Case{"gdn_fp32_dk256_dv40", 1, 2, 256, 40, GateKind::gdn, PoolDtype::fp32, kVarlen},
+        // The staged decode variant (fp32, d_k = 128, d_v % 32 == 0): 3 tiles per head (d_v 96)
+        // with GVA; a grid of 3 blocks, so each block cycles its ring of buffers about 11 times;
+        // and a one-token hint that the batch does not keep (3 and 2 tokens), on 2 blocks.
+        Case{"gdn_fp32_d128_dv96_HV3H_decode_staged", 2, 6, 128, 96, GateKind::gdn, PoolDtype::fp32,
+             kDecode8},
+        Case{"kda_fp32_d128_decode_staged_3_blocks", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32,
+             kDecodeGaps, -1, 3},
+        Case{"gdn_fp32_d128_staged_hint_1_longer_seqs",
+             2,
+             4,
+             128,
+             64,
+             GateKind::gdn,
+             PoolDtype::fp32,
+             {1, 3, 0, 2, 1},
+             1,
+             2}),
     case_name);
 
 TEST_F(GpuTest, GatedDeltaPoolRejectsBadShapes) {
