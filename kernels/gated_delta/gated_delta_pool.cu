@@ -446,8 +446,10 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 3)
                             &landed[prev]);
       }
     }
-    cur = next;
-    cur_tt = next_tt;
+    if (tile + gridDim.x < num_tiles) {
+      cur = next;
+      cur_tt = next_tt;
+    }
   }
   if (threadIdx.x == 0) wait_bulk_stores();
 }
