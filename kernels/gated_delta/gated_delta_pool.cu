@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include <cuda_bf16.h>
 
@@ -256,6 +260,40 @@ __device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, 
   for (int r = 0; r < RPL; ++r) out[r] = row_sum(out[r]);
 }
 
+// Loads a lane's RPL state rows (rows8 layout: key columns c * 32 + sub * 4 + e) of a head whose
+// rows of d_k = NCH * 32 elements start at `head`; rows that do not exist read as zeros.
+template <int NCH, int RPL, typename StateT>
+__device__ __forceinline__ void load_lane_rows(const StateT* head, const int (&rows)[RPL],
+                                               const bool (&row_ok)[RPL], int sub,
+                                               float (&s)[RPL][NCH * 4]) {
+#pragma unroll
+  for (int i = 0; i < RPL; ++i)
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      if (row_ok[i]) {
+        load_vec<4>(head + static_cast<size_t>(rows[i]) * (NCH * 32) + c * 32 + sub * 4,
+                    &s[i][c * 4]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[i][c * 4 + e] = 0.0f;
+      }
+    }
+}
+
+// Stores what load_lane_rows loaded (existing rows only), rounding to the state dtype.
+template <int NCH, int RPL, typename StateT>
+__device__ __forceinline__ void store_lane_rows(StateT* head, const int (&rows)[RPL],
+                                                const bool (&row_ok)[RPL], int sub,
+                                                const float (&s)[RPL][NCH * 4]) {
+#pragma unroll
+  for (int i = 0; i < RPL; ++i)
+    if (row_ok[i])
+#pragma unroll
+      for (int c = 0; c < NCH; ++c)
+        store_vec<4>(head + static_cast<size_t>(rows[i]) * (NCH * 32) + c * 32 + sub * 4,
+                     &s[i][c * 4]);
+}
+
 // Writes token t's outputs of a lane's rows (lane sub == 0 of each row) as bf16, if o is wanted.
 template <int RPL>
 __device__ __forceinline__ void store_outputs(const Params& p, int t, int h, int sub,
@@ -295,17 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4)
   }
 
   float s[RPL][NCOL];
-#pragma unroll
-  for (int i = 0; i < RPL; ++i)
-#pragma unroll
-    for (int c = 0; c < NCH; ++c) {
-      if (row_ok[i]) {
-        load_vec<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[i][c * 4 + e] = 0.0f;
-      }
-    }
+  load_lane_rows<NCH>(S, rows, row_ok, sub, s);
 
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
   TokenRegs<NCH, KDA, RPL> cur, nxt;
@@ -324,65 +352,87 @@ __global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4)
     }
   }
 
-#pragma unroll
-  for (int i = 0; i < RPL; ++i)
-    if (row_ok[i])
-#pragma unroll
-      for (int c = 0; c < NCH; ++c)
-        store_vec<4>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4, &s[i][c * 4]);
+  store_lane_rows<NCH>(S, rows, row_ok, sub, s);
 }
 
 // Decode over fp32 states with d_k = 128 and d_v % 32 == 0, staged through shared memory by bulk
-// copies so that loads, arithmetic and stores of different tiles overlap in every block.
+// copies so that the loads, arithmetic and stores of different tiles overlap in every block.
 // A tile is kPipeRows consecutive state rows (16 KB) of one (sequence, value head); tiles are
 // numbered (sequence, head, part), so consecutive tiles of a sequence are consecutive in its slot.
-// The grid is persistent: block b takes tiles b, b + gridDim.x, ... Thread 0 keeps the next
-// kPipeStages tiles' loads in flight (a ring of shared buffers, one transaction barrier each) and
-// writes each finished tile back with a bulk copy; refilling a buffer waits only until its store
-// has read it. All threads compute a tile in the rows8 layout (2 rows per lane) on shared memory,
-// with the inputs of the next tile's first token loaded while the current tile is computed. Every
-// token of a sequence is applied (the max_seq_len hint only selects this kernel); a sequence
-// without tokens is written back unchanged. Arithmetic is token_step's, so results are bit for bit
-// those of gated_delta_pool_rows8_kernel. Measured against it on the H200 (batch 256, GDN and KDA
-// shapes of the real models): results/gpu/2026-11-29_nvidia-h200_run5/variants/.
+// The grid is persistent: block b takes tiles b, b + gridDim.x, ... in a ring of kPipeStages
+// shared buffers, one transaction barrier each. Thread 0 loads the first kPipeStages tiles, writes
+// each finished tile back with a bulk copy and then refills the previous tile's buffer with the
+// tile kPipeStages after it as soon as that buffer's store has read it: while a tile is computed,
+// the next one or two are loading or loaded and the last one or two are being stored. All threads
+// compute a tile in the rows8 layout (2 rows per lane) on shared memory, with the inputs of the
+// next tile's first token loaded while the current tile is computed. Every token of a sequence is
+// applied (the max_seq_len hint only selects this kernel); a sequence without tokens is written
+// back unchanged. The arithmetic is token_step's, so results are bit for bit those of the rows8
+// kernel. Measured against it on the H200 in results/gpu/2026-11-29_nvidia-h200_run5/variants/.
 constexpr int kPipeRows = 32;
 constexpr int kPipeStages = 4;
 constexpr int kPipeWarps = 4;
+constexpr int kPipeMinBlocksPerSm = 3;  // 3 x 64 KB of buffers per SM, registers capped to fit
+// The staged kernel pays a set-up per block (barriers, the first loads, an empty ring at the end)
+// that the row kernel does not; it is chosen when every block of its grid takes at least this
+// many tiles. Measured crossover on the H200 (batch sweep, run 5 variants): between 16 (batch 48,
+// equal) and 21 (batch 64, staged 2-3% faster) tiles per block for GDN and KDA shapes.
+constexpr int kPipeMinTilesPerBlock = 16;
 constexpr size_t kPipeTileBytes = size_t(kPipeRows) * 128 * sizeof(float);
 constexpr size_t kPipeSharedBytes = kPipeStages * (kPipeTileBytes + sizeof(uint64_t));
 
+// Where a tile lies: sequence, value head, its key head (GVA) and the part of the head's rows.
+struct PipeTile {
+  int seq, h, kh, part;
+};
+
+__device__ __forceinline__ PipeTile pipe_tile(const Params& p, int tile) {
+  const int parts = p.dv / kPipeRows;
+  PipeTile t;
+  t.part = tile % parts;
+  t.h = (tile / parts) % p.HV;
+  t.seq = tile / (parts * p.HV);
+  t.kh = t.h / (p.HV / p.H);
+  return t;
+}
+
+__device__ __forceinline__ float* pipe_tile_state(const Params& p, const PipeTile& t) {
+  return static_cast<float*>(p.pool) +
+         ((static_cast<size_t>(p.slot_ids[t.seq]) * p.HV + t.h) * p.dv +
+          static_cast<size_t>(t.part) * kPipeRows) *
+             128;
+}
+
 template <bool KDA>
-__global__ void __launch_bounds__(kPipeWarps * 32, 3)
+__global__ void __launch_bounds__(kPipeWarps * 32, kPipeMinBlocksPerSm)
     gated_delta_decode_pipelined_kernel(Params p, int num_tiles) {
-  constexpr int NCH = 4, NCOL = NCH * 4, DK = NCH * 32;
+  constexpr int NCH = 4, NCOL = NCH * 4;
   constexpr int RPL = kPipeRows / (kPipeWarps * 4);
-  constexpr int kTileFloats = kPipeRows * DK;
+  constexpr int kTileFloats = kPipeRows * NCH * 32;
   extern __shared__ __align__(128) unsigned char smem[];
   float* const ring = reinterpret_cast<float*>(smem);
   uint64_t* const landed = reinterpret_cast<uint64_t*>(smem + kPipeStages * kPipeTileBytes);
-  const int parts = p.dv / kPipeRows;
+  const int grid = static_cast<int>(gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane & 7;
-  const int local_row0 = warp * 4 * RPL + (lane >> 3);  // the lane's tile rows: local_row0 + 4 r
-  float* const pool = static_cast<float*>(p.pool);
-  auto tile_state = [&](int tile) {
-    const int part = tile % parts, h = (tile / parts) % p.HV, seq = tile / (parts * p.HV);
-    return pool + ((static_cast<size_t>(p.slot_ids[seq]) * p.HV + h) * p.dv +
-                   static_cast<size_t>(part) * kPipeRows) *
-                      DK;
-  };
+  int local_rows[RPL];  // the lane's rows within a tile
+  bool all_rows[RPL];   // every row of a tile exists (d_v % kPipeRows == 0)
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) {
+    local_rows[r] = warp * 4 * RPL + (lane >> 3) + 4 * r;
+    all_rows[r] = true;
+  }
+  // A tile's place, token range and the lane's rows within its head; loads its first token.
   struct TileTokens {
-    int t0, t1, h;
-    int rows[RPL];  // the lane's rows within the head's state
+    PipeTile at;
+    int t0, t1;
+    int rows[RPL];
   };
-  bool all_rows[RPL];  // every row of a tile exists (d_v % kPipeRows == 0)
+  auto prepare = [&](int tile, TileTokens& tt, TokenRegs<NCH, KDA, RPL>& regs) {
+    tt.at = pipe_tile(p, tile);
+    tt.t0 = p.cu[tt.at.seq], tt.t1 = p.cu[tt.at.seq + 1];
 #pragma unroll
-  for (int r = 0; r < RPL; ++r) all_rows[r] = true;
-  auto tile_tokens = [&](int tile, TileTokens& tt) {
-    const int part = tile % parts, seq = tile / (parts * p.HV);
-    tt.h = (tile / parts) % p.HV;
-    tt.t0 = p.cu[seq], tt.t1 = p.cu[seq + 1];
-#pragma unroll
-    for (int r = 0; r < RPL; ++r) tt.rows[r] = part * kPipeRows + local_row0 + 4 * r;
+    for (int r = 0; r < RPL; ++r) tt.rows[r] = tt.at.part * kPipeRows + local_rows[r];
+    if (tt.t0 < tt.t1) load_token(p, tt.t0, tt.at.h, tt.at.kh, sub, tt.rows, all_rows, regs);
   };
 
   if (threadIdx.x == 0)
@@ -390,63 +440,48 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 3)
   __syncthreads();
   if (threadIdx.x == 0)
     for (int st = 0; st < kPipeStages; ++st) {
-      const int tile = blockIdx.x + st * gridDim.x;
+      const int tile = blockIdx.x + st * grid;
       if (tile < num_tiles)
-        bulk_copy_to_shared(ring + st * kTileFloats, tile_state(tile), kPipeTileBytes, &landed[st]);
+        bulk_copy_to_shared(ring + st * kTileFloats, pipe_tile_state(p, pipe_tile(p, tile)),
+                            kPipeTileBytes, &landed[st]);
     }
 
   TileTokens cur_tt, next_tt;
   TokenRegs<NCH, KDA, RPL> cur, next;
   int tile = blockIdx.x;
-  if (tile < num_tiles) {
-    tile_tokens(tile, cur_tt);
-    if (cur_tt.t0 < cur_tt.t1)
-      load_token(p, cur_tt.t0, cur_tt.h, cur_tt.h / (p.HV / p.H), sub, cur_tt.rows, all_rows, cur);
-  }
-  for (int i = 0; tile < num_tiles; ++i, tile += gridDim.x) {
+  if (tile < num_tiles) prepare(tile, cur_tt, cur);
+  for (int i = 0; tile < num_tiles; ++i, tile += grid) {
     const int stage = i % kPipeStages;
-    if (tile + gridDim.x < num_tiles) {
-      tile_tokens(tile + gridDim.x, next_tt);
-      if (next_tt.t0 < next_tt.t1)
-        load_token(p, next_tt.t0, next_tt.h, next_tt.h / (p.HV / p.H), sub, next_tt.rows, all_rows,
-                   next);
-    }
+    const bool has_next = tile + grid < num_tiles;
+    if (has_next) prepare(tile + grid, next_tt, next);
     wait_copy_barrier(&landed[stage], (i / kPipeStages) & 1);
     float* const buf = ring + stage * kTileFloats;
     if (cur_tt.t0 < cur_tt.t1) {
       float s[RPL][NCOL];
-#pragma unroll
-      for (int r = 0; r < RPL; ++r)
-#pragma unroll
-        for (int c = 0; c < NCH; ++c)
-          load_vec<4>(buf + (local_row0 + 4 * r) * DK + c * 32 + sub * 4, &s[r][c * 4]);
-      const int kh = cur_tt.h / (p.HV / p.H);
+      load_lane_rows<NCH>(buf, local_rows, all_rows, sub, s);
       for (int t = cur_tt.t0; t < cur_tt.t1; ++t) {
-        if (t > cur_tt.t0) load_token(p, t, cur_tt.h, kh, sub, cur_tt.rows, all_rows, cur);
+        if (t > cur_tt.t0)
+          load_token(p, t, cur_tt.at.h, cur_tt.at.kh, sub, cur_tt.rows, all_rows, cur);
         float out[RPL];
         token_step(p, cur, s, out);
-        store_outputs(p, t, cur_tt.h, sub, cur_tt.rows, all_rows, out);
+        store_outputs(p, t, cur_tt.at.h, sub, cur_tt.rows, all_rows, out);
       }
-#pragma unroll
-      for (int r = 0; r < RPL; ++r)
-#pragma unroll
-        for (int c = 0; c < NCH; ++c)
-          store_vec<4>(buf + (local_row0 + 4 * r) * DK + c * 32 + sub * 4, &s[r][c * 4]);
+      store_lane_rows<NCH>(buf, local_rows, all_rows, sub, s);
       fence_shared_to_async();
     }
     __syncthreads();  // the tile is complete in shared memory
     if (threadIdx.x == 0) {
-      bulk_copy_to_global(tile_state(tile), buf, kPipeTileBytes);
+      bulk_copy_to_global(pipe_tile_state(p, cur_tt.at), buf, kPipeTileBytes);
       // The previous tile's buffer takes the tile kPipeStages after it, once its store has read it.
-      const int refill = tile + (kPipeStages - 1) * gridDim.x;
+      const int refill = tile + (kPipeStages - 1) * grid;
       if (i > 0 && refill < num_tiles) {
         wait_bulk_stores_read<1>();
         const int prev = (i - 1) % kPipeStages;
-        bulk_copy_to_shared(ring + prev * kTileFloats, tile_state(refill), kPipeTileBytes,
-                            &landed[prev]);
+        bulk_copy_to_shared(ring + prev * kTileFloats, pipe_tile_state(p, pipe_tile(p, refill)),
+                            kPipeTileBytes, &landed[prev]);
       }
     }
-    if (tile + gridDim.x < num_tiles) {
+    if (has_next) {
       cur = next;
       cur_tt = next_tt;
     }
@@ -454,25 +489,47 @@ __global__ void __launch_bounds__(kPipeWarps * 32, 3)
   if (threadIdx.x == 0) wait_bulk_stores();
 }
 
-template <bool KDA>
-void launch_decode_pipelined(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
-  const auto kernel = gated_delta_decode_pipelined_kernel<KDA>;
-  // Resident blocks per SM at this shared-memory size (set once per process: one device).
-  static const int blocks_per_sm = [kernel] {
-    STATECHECK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kPipeSharedBytes)));
-    int n = 0;
+// Resident blocks per SM of the staged kernel on the current device, after raising its dynamic
+// shared-memory limit there; asked once per device and gate kind. 0 when it cannot be resident.
+int staged_blocks_per_sm(bool kda) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, bool>, int> known;
+  int device = 0;
+  STATECHECK_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device, kda);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  const void* kernel =
+      kda ? reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<true>)
+          : reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<false>);
+  int n = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kPipeSharedBytes)) == cudaSuccess) {
     STATECHECK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kPipeWarps * 32,
                                                                         kPipeSharedBytes));
-    return n;
-  }();
+  } else {
+    (void)cudaGetLastError();  // a device with less shared memory per block: row kernel
+  }
+  known.emplace(key, n);
+  return n;
+}
+
+// The staged kernel's grid for launch `a`, or 0 when the row kernel runs it.
+int staged_decode_grid(const GatedDeltaPoolArgs& a) {
+  if (a.max_seq_len != 1 || a.dk != 128 || a.dv % kPipeRows != 0 ||
+      a.state_dtype != PoolDtype::fp32 || a.num_seqs <= 0)
+    return 0;
+  const int per_sm = staged_blocks_per_sm(a.gate == GateKind::kda);
+  if (per_sm == 0) return 0;
   int device = 0, sms = 0;
   STATECHECK_CUDA_CHECK(cudaGetDevice(&device));
   STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int num_tiles = a.num_seqs * a.HV * (a.dv / kPipeRows);
-  int grid = std::min(num_tiles, std::max(1, blocks_per_sm) * sms);
-  if (a.max_blocks > 0) grid = std::min(grid, a.max_blocks);
-  kernel<<<grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, num_tiles);
+  const int64_t tiles = static_cast<int64_t>(a.num_seqs) * a.HV * (a.dv / kPipeRows);
+  int64_t grid = std::min<int64_t>(tiles, static_cast<int64_t>(per_sm) * sms);
+  if (a.max_blocks > 0) grid = std::min<int64_t>(grid, a.max_blocks);
+  if (tiles < kPipeMinTilesPerBlock * grid || tiles > std::numeric_limits<int>::max()) return 0;
+  return static_cast<int>(grid);
 }
 
 template <int NCH, bool PREFETCH, int RPL>
@@ -534,9 +591,14 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   if (a.HV % a.H != 0) fail("gated_delta_pool: HV ({}) is not a multiple of H ({})", a.HV, a.H);
   if (a.dk > 256) fail("gated_delta_pool: d_k = {} > 256 is not supported", a.dk);
   if (a.num_seqs < 0) fail("gated_delta_pool: num_seqs = {}", a.num_seqs);
+  if (a.max_blocks < 0) fail("gated_delta_pool: max_blocks = {} (0: no cap)", a.max_blocks);
   if (a.num_seqs == 0) return;
   if (!a.state_pool || !a.slot_ids || !a.cu_seqlens || !a.q || !a.k || !a.v || !a.g || !a.beta)
     fail("gated_delta_pool: a required device pointer is null");
+  if (reinterpret_cast<uintptr_t>(a.state_pool) % 16 != 0)
+    fail(
+        "gated_delta_pool: state_pool is not 16-byte aligned (the kernels move state rows in "
+        "16-byte vectors)");
   Params p;
   p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
   p.qk_l2norm = a.qk_l2norm;
@@ -551,13 +613,15 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   p.g = a.g;
   p.beta = a.beta;
   p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
-  const bool aligned = reinterpret_cast<uintptr_t>(a.state_pool) % 16 == 0;
-  if (a.max_seq_len == 1 && a.dk == 128 && a.dv % kPipeRows == 0 &&
-      a.state_dtype == PoolDtype::fp32 && aligned) {
+  const int staged_grid = staged_decode_grid(a);
+  if (staged_grid > 0) {
+    const int num_tiles = a.num_seqs * a.HV * (a.dv / kPipeRows);
     if (a.gate == GateKind::kda)
-      launch_decode_pipelined<true>(a, p, stream);
+      gated_delta_decode_pipelined_kernel<true>
+          <<<staged_grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, num_tiles);
     else
-      launch_decode_pipelined<false>(a, p, stream);
+      gated_delta_decode_pipelined_kernel<false>
+          <<<staged_grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, num_tiles);
   } else if (a.dk == 128)
     launch_rows8<4>(a, p, stream);
   else if (a.dk == 64)
@@ -575,6 +639,10 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   else
     launch_shape<1, 8>(a, p, stream);
   STATECHECK_CUDA_CHECK_LAUNCH("gated_delta_pool_kernel");
+}
+
+bool gated_delta_pool_uses_staged_decode(const GatedDeltaPoolArgs& a) {
+  return staged_decode_grid(a) > 0;
 }
 
 double gated_delta_pool_bytes(const GatedDeltaPoolArgs& a, int64_t T) {

@@ -9,7 +9,7 @@
 // h / (HV / H).
 //
 // Shapes (outermost first, row-major, strides in elements):
-//   state_pool  [pool_slots, HV, d_v, d_k]   fp32 or bf16 (state_dtype), one layer
+//   state_pool  [pool_slots, HV, d_v, d_k]   fp32 or bf16 (state_dtype), one layer, 16-byte aligned
 //   slot_ids    [num_seqs]                   int32, distinct, each in [0, pool_slots)
 //   cu_seqlens  [num_seqs + 1]               int32 token offsets into the packed token arrays
 //   q, k        [total_T, H, d_k]            bf16 bits
@@ -58,19 +58,26 @@ struct GatedDeltaPoolArgs {
   const float* g = nullptr;
   const float* beta = nullptr;
   uint16_t* o = nullptr;
-  // Optional hint: the longest sequence of the launch in tokens (0: unknown). 1 selects the
-  // decode variant of the kernel (fp32 state, d_k = 128, d_v % 32 == 0: the state staged through
-  // shared memory by bulk copies on a persistent grid; otherwise no input prefetch, fewer
-  // registers). Every token is applied whatever the hint says, and results are identical.
+  // Optional hint: the longest sequence of the launch in tokens (0: unknown). 1 selects a decode
+  // variant of the kernel: for fp32 states with d_k = 128 and d_v % 32 == 0, when each block of
+  // its persistent grid takes at least 16 tiles of 32 rows (batch >= 64 at 32 heads on an H200),
+  // the state is staged through shared memory by bulk copies
+  // (gated_delta_pool_uses_staged_decode); otherwise no input prefetch and more rows per lane.
+  // Every token is applied whatever the hint says, and results are bit for bit the same.
   int max_seq_len = 0;
-  // Optional cap on the persistent decode variant's grid (0: as many blocks as are resident on
-  // the device at once). Fewer blocks make each one cycle through more tiles.
+  // Optional cap on the staged decode variant's persistent grid (0: as many blocks as are resident
+  // on the device at once; negative is an error). Fewer blocks take more tiles each.
   int max_blocks = 0;
 };
 
 // Launches the kernel on `stream`. Throws statecheck::Error on invalid shapes (H, HV, d_k, d_v
-// not positive, HV % H != 0, d_k > 256), null required pointers, or a launch failure.
+// not positive, HV % H != 0, d_k > 256), num_seqs or max_blocks negative, null required
+// pointers, a state_pool not 16-byte aligned, or a launch failure.
 void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream = nullptr);
+
+// Whether gated_delta_pool runs launch `a` on the staged decode variant (see max_seq_len), on the
+// current device. Throws statecheck::Error on a CUDA failure while asking the device.
+bool gated_delta_pool_uses_staged_decode(const GatedDeltaPoolArgs& a);
 
 // Byte model of one launch (STYLE.md habit 11): state read + written once per sequence, plus
 // every token's q, k, v, g, beta read and o written. Flops: 6 d_k d_v per head and token.

@@ -3,6 +3,7 @@
 // prefilled outputs, guard regions, and untouched slots compared bit for bit.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "core/drive/drive.h"
@@ -27,6 +28,7 @@ struct Case {
   std::vector<int> lengths;  // tokens per sequence
   int max_seq_len = -1;      // the launch's hint; -1: 1 when every sequence has at most 1 token
   int max_blocks = 0;        // cap on the persistent decode grid (0: none)
+  bool staged = false;       // the launch must run on the staged decode variant
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -75,49 +77,64 @@ float as_float(const HostPoolBatch& b, size_t e) {
   return b.state_dtype == PoolDtype::fp32 ? b.pool_fp32[e] : float_from_bf16_bits(b.pool_bf16[e]);
 }
 
+// One launch of batch b (shapes from c) with the given hint, grid cap and outputs on or off.
+struct Launch {
+  std::vector<float> pool32;
+  std::vector<uint16_t> pool16, o;  // o: 0xFFFF (bf16 NaN) where the kernel wrote nothing
+  bool guards_intact = false;       // nothing written past the pool or the outputs
+  bool staged = false;              // gated_delta_pool_uses_staged_decode
+};
+
+Launch launch(const Case& c, const HostPoolBatch& b, int max_seq_len, int max_blocks,
+              bool with_outputs) {
+  const int T = b.cu_seqlens.back();
+  Guarded<float> pool32(b.pool_fp32);
+  Guarded<uint16_t> pool16(b.pool_bf16);
+  Guarded<int32_t> ids(b.slot_ids), cu(b.cu_seqlens);
+  Guarded<uint16_t> q(b.q), k(b.k), v(b.v);
+  Guarded<float> g(b.g), beta(b.beta);
+  Guarded<uint16_t> o(std::vector<uint16_t>(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF));
+
+  GatedDeltaPoolArgs a;
+  a.num_seqs = static_cast<int>(b.slot_ids.size());
+  a.max_seq_len = max_seq_len, a.max_blocks = max_blocks;
+  a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
+  a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data())
+                                            : static_cast<void*>(pool16.data());
+  a.pool_slots = 12;
+  a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
+  a.g = g.data(), a.beta = beta.data(), a.o = with_outputs ? o.data() : nullptr;
+  Launch r;
+  r.staged = gated_delta_pool_uses_staged_decode(a);
+  gated_delta_pool(a);
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  r.pool32 = pool32.download(), r.pool16 = pool16.download(), r.o = o.download();
+  r.guards_intact = pool32.guard_intact() && pool16.guard_intact() && o.guard_intact();
+  return r;
+}
+
 class GatedDeltaPool : public GpuTest, public ::testing::WithParamInterface<Case> {};
 
 TEST_P(GatedDeltaPool, MatchesCpuReference) {
   const Case c = GetParam();
   HostPoolBatch ref = make_batch(c, 1234);
   const HostPoolBatch before = ref;
-  const int T = ref.cu_seqlens.back();
 
-  // Device copies; outputs prefilled with 0xFF bytes (bf16 NaN) so unwritten elements show.
-  Guarded<float> pool32(ref.pool_fp32);
-  Guarded<uint16_t> pool16(ref.pool_bf16);
-  Guarded<int32_t> ids(ref.slot_ids), cu(ref.cu_seqlens);
-  Guarded<uint16_t> q(ref.q), k(ref.k), v(ref.v);
-  Guarded<float> g(ref.g), beta(ref.beta);
-  Guarded<uint16_t> o(std::vector<uint16_t>(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF));
-
-  GatedDeltaPoolArgs a;
-  a.num_seqs = static_cast<int>(ref.slot_ids.size());
   // Decode batches pass the one-token hint (decode variant); varlen batches pass none (0), unless
   // the case sets the hint itself.
   const int longest = *std::max_element(c.lengths.begin(), c.lengths.end());
-  a.max_seq_len = c.max_seq_len >= 0 ? c.max_seq_len : (longest <= 1 ? 1 : 0);
-  a.max_blocks = c.max_blocks;
-  a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
-  a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data())
-                                            : static_cast<void*>(pool16.data());
-  a.pool_slots = 12;
-  a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
-  a.g = g.data(), a.beta = beta.data(), a.o = o.data();
-  gated_delta_pool(a);
-  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  const int hint = c.max_seq_len >= 0 ? c.max_seq_len : (longest <= 1 ? 1 : 0);
+  const Launch run = launch(c, ref, hint, c.max_blocks, true);
+  EXPECT_EQ(run.staged, c.staged) << "the launch ran on the other decode variant";
+  EXPECT_TRUE(run.guards_intact) << "write past the pool or the outputs";
 
   const std::vector<uint16_t> o_ref = gated_delta_pool_reference(ref);
   HostPoolBatch got = before;
   if (c.dtype == PoolDtype::fp32)
-    got.pool_fp32 = pool32.download();
+    got.pool_fp32 = run.pool32;
   else
-    got.pool_bf16 = pool16.download();
-  const std::vector<uint16_t> o_gpu = o.download();
-
-  EXPECT_TRUE(pool32.guard_intact()) << "write past the fp32 pool";
-  EXPECT_TRUE(pool16.guard_intact()) << "write past the bf16 pool";
-  EXPECT_TRUE(o.guard_intact()) << "write past the output";
+    got.pool_bf16 = run.pool16;
+  const std::vector<uint16_t>& o_gpu = run.o;
 
   // Tolerance, per (sequence, head). Both sides compute the same fp32 recurrence with different
   // summation orders (warp tree vs sequential) and fused multiply-adds. Each is within the bound of
@@ -188,6 +205,8 @@ const std::vector<int> kDecode8 = {1, 1, 1, 1, 1, 1, 1, 1};
 const std::vector<int> kVarlen = {63, 1, 17, 40};
 // Decode with two sequences that have no token: their states must come back bit for bit.
 const std::vector<int> kDecodeGaps = {1, 0, 1, 1, 1, 0, 1, 1};
+// Sequences longer than a one-token hint says.
+const std::vector<int> kLongerThanHint = {1, 3, 0, 2, 1};
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GatedDeltaPool,
@@ -204,24 +223,47 @@ INSTANTIATE_TEST_SUITE_P(
              kVarlen},
         Case{"kda_fp32_dk64_dv64_decode", 2, 4, 64, 64, GateKind::kda, PoolDtype::fp32, kDecode8},
         Case{"gdn_fp32_dk256_dv40", 1, 2, 256, 40, GateKind::gdn, PoolDtype::fp32, kVarlen},
-        // The staged decode variant (fp32, d_k = 128, d_v % 32 == 0): 3 tiles per head (d_v 96)
-        // with GVA; a grid of 3 blocks, so each block cycles its ring of buffers about 11 times;
-        // and a one-token hint that the batch does not keep (3 and 2 tokens), on 2 blocks.
+        // The staged decode variant (fp32, d_k = 128, d_v % 32 == 0, at least 16 tiles of 32
+        // rows per block): 3 tiles per head (d_v 96) with GVA on 4 blocks (36 tiles each); 128
+        // tiles on 3 blocks, so each block cycles its ring of 4 buffers about 11 times, with two
+        // sequences without tokens; a one-token hint that the batch does not keep (3 and 2
+        // tokens), on 2 blocks. The same decode without a grid cap takes the row kernel.
         Case{"gdn_fp32_d128_dv96_HV3H_decode_staged", 2, 6, 128, 96, GateKind::gdn, PoolDtype::fp32,
-             kDecode8},
+             kDecode8, -1, 4, true},
         Case{"kda_fp32_d128_decode_staged_3_blocks", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32,
-             kDecodeGaps, -1, 3},
-        Case{"gdn_fp32_d128_staged_hint_1_longer_seqs",
-             2,
-             4,
-             128,
-             64,
-             GateKind::gdn,
-             PoolDtype::fp32,
-             {1, 3, 0, 2, 1},
-             1,
-             2}),
+             kDecodeGaps, -1, 3, true},
+        Case{"gdn_fp32_d128_staged_hint_1_longer_seqs", 2, 4, 128, 64, GateKind::gdn,
+             PoolDtype::fp32, kLongerThanHint, 1, 2, true},
+        Case{"kda_fp32_d128_decode_rows", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32,
+             kDecodeGaps}),
     case_name);
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// The staged decode variant applies token_step's arithmetic in the same order as the row kernel:
+// pools and outputs agree bit for bit (the row kernel's prefetching form runs with hint 0), and
+// without outputs the staged variant leaves them alone and updates the pool the same way.
+TEST_F(GpuTest, StagedDecodeMatchesRowKernelBitForBit) {
+  for (GateKind gate : {GateKind::gdn, GateKind::kda}) {
+    SCOPED_TRACE(gate == GateKind::gdn ? "gdn" : "kda");
+    const Case c{"bits", 2, 6, 128, 64, gate, PoolDtype::fp32, kDecodeGaps};
+    const HostPoolBatch b = make_batch(c, 99);
+    const Launch staged = launch(c, b, 1, 2, true);  // 96 tiles on 2 blocks
+    const Launch rows = launch(c, b, 0, 0, true);
+    const Launch staged_no_outputs = launch(c, b, 1, 2, false);
+    ASSERT_TRUE(staged.staged);
+    ASSERT_FALSE(rows.staged);
+    EXPECT_FALSE(same_bits(staged.pool32, b.pool_fp32)) << "the launch changed no state";
+    EXPECT_TRUE(same_bits(staged.pool32, rows.pool32));
+    EXPECT_EQ(staged.o, rows.o);
+    EXPECT_TRUE(same_bits(staged_no_outputs.pool32, staged.pool32));
+    EXPECT_TRUE(std::all_of(staged_no_outputs.o.begin(), staged_no_outputs.o.end(),
+                            [](uint16_t x) { return x == 0xFFFF; }));
+    EXPECT_TRUE(staged.guards_intact && rows.guards_intact && staged_no_outputs.guards_intact);
+  }
+}
 
 TEST_F(GpuTest, GatedDeltaPoolRejectsBadShapes) {
   GatedDeltaPoolArgs a;
@@ -231,6 +273,8 @@ TEST_F(GpuTest, GatedDeltaPoolRejectsBadShapes) {
   EXPECT_THROW(gated_delta_pool(a), Error);  // d_k > 256
   a.dk = 8;
   EXPECT_THROW(gated_delta_pool(a), Error);  // null pointers
+  a.max_blocks = -1;
+  EXPECT_THROW(gated_delta_pool(a), Error);  // negative grid cap
 }
 
 }  // namespace
