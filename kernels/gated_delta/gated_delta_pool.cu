@@ -593,8 +593,16 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   if (a.num_seqs < 0) fail("gated_delta_pool: num_seqs = {}", a.num_seqs);
   if (a.max_blocks < 0) fail("gated_delta_pool: max_blocks = {} (0: no cap)", a.max_blocks);
   if (a.num_seqs == 0) return;
-  if (!a.state_pool || !a.slot_ids || !a.cu_seqlens || !a.q || !a.k || !a.v || !a.g || !a.beta)
-    fail("gated_delta_pool: a required device pointer is null");
+  const std::pair<const void*, const char*> required[] = {{a.state_pool, "state_pool"},
+                                                          {a.slot_ids, "slot_ids"},
+                                                          {a.cu_seqlens, "cu_seqlens"},
+                                                          {a.q, "q"},
+                                                          {a.k, "k"},
+                                                          {a.v, "v"},
+                                                          {a.g, "g"},
+                                                          {a.beta, "beta"}};
+  for (const auto& [pointer, name] : required)
+    if (!pointer) fail("gated_delta_pool: {} is null (a required device pointer)", name);
   if (reinterpret_cast<uintptr_t>(a.state_pool) % 16 != 0)
     fail(
         "gated_delta_pool: state_pool is not 16-byte aligned (the kernels move state rows in "

@@ -71,8 +71,9 @@ struct GatedDeltaPoolArgs {
 };
 
 // Launches the kernel on `stream`. Throws statecheck::Error on invalid shapes (H, HV, d_k, d_v
-// not positive, HV % H != 0, d_k > 256), num_seqs or max_blocks negative, null required
-// pointers, a state_pool not 16-byte aligned, or a launch failure.
+// not positive, HV % H != 0, d_k > 256), num_seqs or max_blocks negative, a null required
+// pointer (named), a state_pool not 16-byte aligned, or a launch failure. These checks come
+// before any device work.
 void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream = nullptr);
 
 // Whether gated_delta_pool runs launch `a` on the staged decode variant (see max_seq_len), on the

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "core/drive/drive.h"
@@ -11,6 +12,7 @@
 #include "core/util/rng.h"
 #include "kernels/gated_delta/gated_delta_pool.h"
 #include "kernels/gated_delta/gated_delta_pool_reference.h"
+#include "tests/error_of.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace statecheck;
@@ -265,16 +267,38 @@ TEST_F(GpuTest, StagedDecodeMatchesRowKernelBitForBit) {
   }
 }
 
-TEST_F(GpuTest, GatedDeltaPoolRejectsBadShapes) {
-  GatedDeltaPoolArgs a;
-  a.num_seqs = 1, a.H = 3, a.HV = 4, a.dk = 8, a.dv = 8;
-  EXPECT_THROW(gated_delta_pool(a), Error);  // HV % H != 0
-  a.H = 2, a.dk = 512;
-  EXPECT_THROW(gated_delta_pool(a), Error);  // d_k > 256
-  a.dk = 8;
-  EXPECT_THROW(gated_delta_pool(a), Error);  // null pointers
-  a.max_blocks = -1;
-  EXPECT_THROW(gated_delta_pool(a), Error);  // negative grid cap
+// Argument checks run before any device work, so these need no GPU (the pointers are never
+// dereferenced): each bad launch is refused with a message naming what is wrong.
+TEST(GatedDeltaPoolArguments, BadLaunchesAreRefusedByName) {
+  auto* dev = reinterpret_cast<uint16_t*>(uintptr_t{0x10000});
+  auto* dev_f = reinterpret_cast<float*>(uintptr_t{0x10000});
+  const auto* ids = reinterpret_cast<const int32_t*>(uintptr_t{0x20000});
+  GatedDeltaPoolArgs ok;
+  ok.num_seqs = 1, ok.H = 2, ok.HV = 4, ok.dk = 8, ok.dv = 8;
+  ok.state_pool = dev, ok.pool_slots = 2, ok.slot_ids = ids, ok.cu_seqlens = ids;
+  ok.q = dev, ok.k = dev, ok.v = dev, ok.g = dev_f, ok.beta = dev_f;
+  struct Bad {
+    std::function<void(GatedDeltaPoolArgs&)> edit;
+    const char* message;
+  };
+  const std::vector<Bad> cases = {
+      {[](GatedDeltaPoolArgs& a) { a.H = 3; }, "HV (4) is not a multiple of H (3)"},
+      {[](GatedDeltaPoolArgs& a) { a.dk = 512; }, "d_k = 512 > 256 is not supported"},
+      {[](GatedDeltaPoolArgs& a) { a.dv = 0; }, "must be positive"},
+      {[](GatedDeltaPoolArgs& a) { a.num_seqs = -1; }, "num_seqs = -1"},
+      {[](GatedDeltaPoolArgs& a) { a.max_blocks = -1; }, "max_blocks = -1"},
+      {[](GatedDeltaPoolArgs& a) { a.beta = nullptr; }, "beta is null"},
+      {[](GatedDeltaPoolArgs& a) { a.slot_ids = nullptr; }, "slot_ids is null"},
+      {[](GatedDeltaPoolArgs& a) { a.state_pool = reinterpret_cast<void*>(uintptr_t{0x10008}); },
+       "state_pool is not 16-byte aligned"},
+  };
+  for (const Bad& bad : cases) {
+    GatedDeltaPoolArgs a = ok;
+    bad.edit(a);
+    const std::string err = statecheck::test_support::error_of([&] { gated_delta_pool(a); });
+    EXPECT_NE(err.find(bad.message), std::string::npos)
+        << "expected '" << bad.message << "', got '" << err << "'";
+  }
 }
 
 }  // namespace
