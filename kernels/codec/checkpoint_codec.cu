@@ -61,11 +61,10 @@ __device__ __forceinline__ uint8_t fp8_encode(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
-// How close to a half-integer x * (1/s) may come before the exact quotient must decide. With
-// inv = fl(1/s) and r = fl(x * inv), r = (x / s)(1 + e1)(1 + e2) and fl(x / s) = (x / s)(1 + e3),
-// |e_i| <= 2^-24, so |r - fl(x / s)| <= 3 * 2^-24 * |x / s| + O(2^-48) <= 2.3e-5 for
-// |x / s| <= 127.5 (amax-derived scales keep it there, see int8_code_fast). Unless r
-// lies within kNearHalf = 2^-14 (6.1e-5) of a half-integer, both round to the same integer.
+// How close to a half-integer the product x * fl(1/s) may come before the exact quotient must
+// decide: for amax-derived scales the product lies within 1.6e-5 of fl(x / s) (int8_code_fast),
+// so unless it lies within kNearHalf = 2^-14 (6.1e-5) of a half-integer, both round to the same
+// integer.
 constexpr float kNearHalf = 6.103515625e-5f;
 
 // The int8 code of the correctly rounded quotient x / s, by the IEEE division (the CPU codec's
@@ -74,32 +73,65 @@ __device__ __forceinline__ int int8_code_exact(float x, float s) {
   return max(-127, min(127, static_cast<int>(rintf(__fdiv_rn(x, s)))));
 }
 
-// rint(x / s) with x / s the correctly rounded fp32 quotient, as the CPU codec computes it, without
-// paying an IEEE division per element: r = x * inv is within 2.3e-5 of the quotient (kNearHalf),
-// so unless r lies within kNearHalf of a half-integer (or |r| > 128, which amax scales never
-// produce) it rounds like the quotient; in those rare cases (about 1 element in 8000) the exact
-// division decides. Same result bit for bit.
-// The rounding itself avoids the conversion unit (FRND and F2I run at a quarter of the FMA rate):
-// adding 1.5 * 2^23 rounds r to an integer held in the low mantissa bits (round to nearest even,
-// exact for |r| < 2^22), which is read back as an int. Returns the code in [-127, 127].
-__device__ __forceinline__ int int8_code_quotient(float x, float s, float inv) {
+// int8 code of x / s for an amax-derived scale, the cheap way: t = fma(x, inv, 1.5 * 2^23) rounds
+// the exact product P = x * inv, once, to the nearest even integer k held in t's low mantissa bits
+// (t's low byte is k in two's complement), and d = fma(x, inv, -k) is P - k rounded once. No clamp
+// is needed: |x| <= amax and s = amax / 127 (fp32 division, then rounded to bf16 at most 2^-8
+// relative) give |x / s| <= 127 / ((1 - 2^-24)(1 - 2^-8)) < 127.499, and |P - fl(x / s)| <=
+// 2 * 2^-24 * |x / s| <= 1.6e-5, so |P| < 127.5 and |k| <= 127, as the clamp would leave it. The
+// same bound makes k the rounding of the quotient unless P lies within kNearHalf of a
+// half-integer (d's own rounding, 2^-25, is far inside the margin): `near_half` is set in that
+// rare case (about one element in 8000) and the caller redoes the element with the division and
+// the clamp. Four instructions per element, none on the conversion unit.
+__device__ __forceinline__ uint32_t int8_code_fast(float x, float inv, bool& near_half) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  const float r = __fmul_rn(x, inv);     // rounded on its own, never fused into the add
-  const float t = r + kMagic;
-  const float d = r - (t - kMagic);
-  if (fabsf(d) > 0.5f - kNearHalf || fabsf(r) > 128.0f) return int8_code_exact(x, s);
-  return max(-127, min(127, __float_as_int(t) - 0x4B400000));
+  const float t = __fmaf_rn(x, inv, kMagic);
+  const float d = __fmaf_rn(x, inv, -(t - kMagic));
+  near_half |= fabsf(d) > 0.5f - kNearHalf;
+  return static_cast<uint32_t>(__float_as_int(t));
 }
 
-// E4M3(x / s) with the correctly rounded quotient, the same way: E4M3 rounding is monotone in the
-// value, so if both ends of r (1 -+ 16 ulp) encode alike, so does the quotient between them.
-__device__ __forceinline__ uint8_t fp8_encode_quotient(float x, float s, float inv) {
-  const float r = x * inv;
-  const float d = 16.0f * 1.1920929e-7f;
-  const uint8_t lo = fp8_encode(r * (1.0f - d)), hi = fp8_encode(r * (1.0f + d));
-  if (lo == hi) return lo;
-  return fp8_encode(__fdiv_rn(x, s));
+// The two ends of a bracket around x / s, formed once per column: x * lo <= fl(x / s) <= x * hi
+// for x >= 0 (reversed for x < 0), since lo = inv (1 - 2^-19) and hi = inv (1 + 2^-19) stay at
+// least 2^-19 - 4 * 2^-24 (relative) away from 1 / s after the roundings of inv, of lo or hi, of
+// the product and of the quotient.
+struct Fp8Bracket {
+  float lo, hi;
+};
+__device__ __forceinline__ Fp8Bracket fp8_bracket(float inv) {
+  constexpr float d = 16.0f * 1.1920929e-7f;  // 2^-19
+  return {inv * (1.0f - d), inv * (1.0f + d)};
 }
+
+// E4M3 codes of x0 / s0 (low byte) and x1 / s1 (high byte): both ends of each bracket are encoded
+// by one paired conversion each, and where the two ends agree, E4M3 rounding (monotone, with
+// saturation) gives the quotient the same code. `differ` is set otherwise (within 16 ulp of a
+// rounding boundary) and the caller (encode_row) decides those elements with the division.
+__device__ __forceinline__ uint32_t fp8_codes2(float x0, float x1, Fp8Bracket b0, Fp8Bracket b1,
+                                               bool& differ) {
+  const uint32_t lo =
+      __nv_cvt_float2_to_fp8x2(make_float2(x0 * b0.lo, x1 * b1.lo), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi =
+      __nv_cvt_float2_to_fp8x2(make_float2(x0 * b0.hi, x1 * b1.hi), __NV_SATFINITE, __NV_E4M3);
+  differ |= lo != hi;
+  return lo;
+}
+
+// The code (int8 or E4M3, K) of one element x / s, bit for bit as the CPU codec, with inv = 1 / s
+// and br = fp8_bracket(inv): the cheap way (int8_code_fast; both bracket ends encoded alike), the
+// division only where that cannot decide. Code k lands in the low byte.
+template <Kind K>
+__device__ __forceinline__ uint32_t encode_one(float x, float s, float inv, Fp8Bracket br) {
+  if constexpr (K == Kind::int8) {
+    bool near_half = false;
+    const uint32_t q = int8_code_fast(x, inv, near_half);
+    return near_half ? static_cast<uint32_t>(int8_code_exact(x, s)) : q;
+  } else {
+    const uint8_t lo = fp8_encode(x * br.lo), hi = fp8_encode(x * br.hi);
+    return lo == hi ? lo : fp8_encode(__fdiv_rn(x, s));
+  }
+}
+
 __device__ __forceinline__ float fp8_decode(uint8_t c) {
   const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3);
   return __half2float(__half(h));
@@ -303,10 +335,9 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(CodecParams p) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float v = x[r][c * VEC + e];
-        if constexpr (K == Kind::int8) {
-          out[e] = static_cast<int8_t>(int8_code_quotient(v, col_scale[j0 + e], col_inv[j0 + e]));
-        } else if constexpr (K == Kind::fp8) {
-          out[e] = fp8_encode_quotient(v, col_scale[j0 + e], col_inv[j0 + e]);
+        if constexpr (kScaled) {
+          const float inv = col_inv[j0 + e];
+          out[e] = static_cast<ValueT>(encode_one<K>(v, col_scale[j0 + e], inv, fp8_bracket(inv)));
         } else if constexpr (K == Kind::fp8_raw) {
           out[e] = fp8_encode(v);
         } else {
@@ -431,57 +462,13 @@ __device__ __forceinline__ float max_nan(float a, float b) {
   return d;
 }
 
-// int8 code of x / s for an amax-derived scale, the cheap way: t = fma(x, inv, 1.5 * 2^23) rounds
-// the exact product P = x * inv, once, to the nearest even integer k held in t's low mantissa bits
-// (t's low byte is k in two's complement), and d = fma(x, inv, -k) is P - k rounded once. No clamp
-// is needed: |x| <= amax and s = amax / 127 (fp32 division, then rounded to bf16 at most 2^-8
-// relative) give |x / s| <= 127 / ((1 - 2^-24)(1 - 2^-8)) < 127.499, and |P - fl(x / s)| <=
-// 2 * 2^-24 * |x / s| <= 1.6e-5, so |P| < 127.5 and |k| <= 127, as the clamp would leave it. The
-// same bound makes k the rounding of the quotient unless P lies within kNearHalf of a
-// half-integer (d's own rounding, 2^-25, is far inside the margin): `near_half` is set in that
-// rare case (about one element in 8000) and the caller redoes the element with the division and
-// the clamp. Four instructions per element, none on the conversion unit.
-__device__ __forceinline__ uint32_t int8_code_fast(float x, float inv, bool& near_half) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  const float t = __fmaf_rn(x, inv, kMagic);
-  const float d = __fmaf_rn(x, inv, -(t - kMagic));
-  near_half |= fabsf(d) > 0.5f - kNearHalf;
-  return static_cast<uint32_t>(__float_as_int(t));
-}
-
-// The two ends of a bracket around x / s, formed once per column (fp8_encode_quotient brackets
-// the same way, from the product): x * lo <= fl(x / s) <= x * hi for x >= 0 (reversed for x < 0),
-// since lo = inv (1 - 2^-19) and hi = inv (1 + 2^-19) stay at least 2^-19 - 4 * 2^-24 (relative)
-// away from 1 / s after the roundings of inv, of lo or hi, of the product and of the quotient.
-struct Fp8Bracket {
-  float lo, hi;
-};
-__device__ __forceinline__ Fp8Bracket fp8_bracket(float inv) {
-  constexpr float d = 16.0f * 1.1920929e-7f;  // 2^-19
-  return {inv * (1.0f - d), inv * (1.0f + d)};
-}
-
-// E4M3 codes of x0 / s0 (low byte) and x1 / s1 (high byte): both ends of each bracket are encoded
-// by one paired conversion each, and where the two ends agree, E4M3 rounding (monotone, with
-// saturation) gives the quotient the same code. `differ` is set otherwise (within 16 ulp of a
-// rounding boundary) and the caller (encode_row) decides those elements with the division.
-__device__ __forceinline__ uint32_t fp8_codes2(float x0, float x1, Fp8Bracket b0, Fp8Bracket b1,
-                                               bool& differ) {
-  const uint32_t lo =
-      __nv_cvt_float2_to_fp8x2(make_float2(x0 * b0.lo, x1 * b1.lo), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi =
-      __nv_cvt_float2_to_fp8x2(make_float2(x0 * b0.hi, x1 * b1.hi), __NV_SATFINITE, __NV_E4M3);
-  differ |= lo != hi;
-  return lo;
-}
-
 // Codes (int8 or E4M3, K) of COLS consecutive elements of a row, x[e] / s[e] with inv[e] = 1 / s[e]
 // and br[e] = fp8_bracket(inv[e]), bit for bit as the CPU codec: the cheap way first
 // (int8_code_fast, fp8_codes2), with one flag for the row. Where the flag is set, each element is
-// checked again and only those the cheap way cannot decide take the division, each behind its
-// own branch: bf16 inputs hit exact ties often (0.9-2.2% of 8-element int8 rows and 1.9-2.5% of fp8
-// rows on N(0, 0.06^2) states, against 0.04-0.09% for fp32 inputs), and a warp pays for every
-// division any of its lanes executes. Code k lands in the low byte of q[e].
+// encoded again by encode_one, so only those the cheap way cannot decide take the division, each
+// behind its own branch: bf16 inputs hit exact ties often (0.9-2.2% of 8-element int8 rows
+// and 1.9-2.5% of fp8 rows on N(0, 0.06^2) states, against 0.04-0.09% for fp32 inputs), and a warp
+// pays for every division any of its lanes executes. Code k lands in the low byte of q[e].
 template <Kind K, int COLS>
 __device__ __forceinline__ void encode_row(const float* x, const float* s, const float* inv,
                                            const Fp8Bracket* br, uint32_t* q) {
@@ -490,27 +477,16 @@ __device__ __forceinline__ void encode_row(const float* x, const float* s, const
   if constexpr (K == Kind::int8) {
 #pragma unroll
     for (int e = 0; e < COLS; ++e) q[e] = int8_code_fast(x[e], inv[e], undecided);
-    if (__builtin_expect(undecided, 0)) {
-#pragma unroll
-      for (int e = 0; e < COLS; ++e) {
-        bool near_half = false;
-        int8_code_fast(x[e], inv[e], near_half);
-        if (near_half) q[e] = static_cast<uint32_t>(int8_code_exact(x[e], s[e]));
-      }
-    }
   } else {
 #pragma unroll
     for (int e = 0; e < COLS; e += 2) {
       const uint32_t two = fp8_codes2(x[e], x[e + 1], br[e], br[e + 1], undecided);
       q[e] = two, q[e + 1] = two >> 8;
     }
-    if (__builtin_expect(undecided, 0)) {
+  }
+  if (__builtin_expect(undecided, 0)) {
 #pragma unroll
-      for (int e = 0; e < COLS; ++e) {
-        const uint8_t lo = fp8_encode(x[e] * br[e].lo), hi = fp8_encode(x[e] * br[e].hi);
-        if (lo != hi) q[e] = fp8_encode(__fdiv_rn(x[e], s[e]));
-      }
-    }
+    for (int e = 0; e < COLS; ++e) q[e] = encode_one<K>(x[e], s[e], inv[e], br[e]);
   }
 }
 

@@ -489,9 +489,10 @@ __global__ void __launch_bounds__(kPipeWarps * 32, kPipeMinBlocksPerSm)
   if (threadIdx.x == 0) wait_bulk_stores();
 }
 
-// Resident blocks per SM of the staged kernel on the current device, after raising its dynamic
-// shared-memory limit there; asked once per device and gate kind. 0 when it cannot be resident.
-int staged_blocks_per_sm(bool kda) {
+// Blocks of the staged kernel resident at once on the current device (blocks per SM times SMs),
+// after raising its dynamic shared-memory limit there; asked of the runtime once per device and
+// gate kind, so a launch pays one cudaGetDevice and a lookup. 0 when it cannot be resident.
+int staged_resident_blocks(bool kda) {
   static std::mutex mutex;
   static std::map<std::pair<int, bool>, int> known;
   int device = 0;
@@ -503,33 +504,35 @@ int staged_blocks_per_sm(bool kda) {
   const void* kernel =
       kda ? reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<true>)
           : reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<false>);
-  int n = 0;
+  int per_sm = 0, sms = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kPipeSharedBytes)) == cudaSuccess) {
-    STATECHECK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kPipeWarps * 32,
-                                                                        kPipeSharedBytes));
+    STATECHECK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, kernel, kPipeWarps * 32, kPipeSharedBytes));
   } else {
     (void)cudaGetLastError();  // a device with less shared memory per block: row kernel
   }
-  known.emplace(key, n);
-  return n;
+  STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  known.emplace(key, per_sm * sms);
+  return per_sm * sms;
 }
 
-// The staged kernel's grid for launch `a`, or 0 when the row kernel runs it.
-int staged_decode_grid(const GatedDeltaPoolArgs& a) {
+// How the staged kernel would run launch `a`: its grid (0 when the row kernel runs it) and tiles.
+struct StagedPlan {
+  int grid = 0, tiles = 0;
+};
+
+StagedPlan staged_decode_plan(const GatedDeltaPoolArgs& a) {
   if (a.max_seq_len != 1 || a.dk != 128 || a.dv % kPipeRows != 0 ||
       a.state_dtype != PoolDtype::fp32 || a.num_seqs <= 0)
-    return 0;
-  const int per_sm = staged_blocks_per_sm(a.gate == GateKind::kda);
-  if (per_sm == 0) return 0;
-  int device = 0, sms = 0;
-  STATECHECK_CUDA_CHECK(cudaGetDevice(&device));
-  STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return {};
+  const int resident = staged_resident_blocks(a.gate == GateKind::kda);
   const int64_t tiles = static_cast<int64_t>(a.num_seqs) * a.HV * (a.dv / kPipeRows);
-  int64_t grid = std::min<int64_t>(tiles, static_cast<int64_t>(per_sm) * sms);
+  int64_t grid = std::min<int64_t>(tiles, resident);
   if (a.max_blocks > 0) grid = std::min<int64_t>(grid, a.max_blocks);
-  if (tiles < kPipeMinTilesPerBlock * grid || tiles > std::numeric_limits<int>::max()) return 0;
-  return static_cast<int>(grid);
+  if (grid == 0 || tiles < kPipeMinTilesPerBlock * grid || tiles > std::numeric_limits<int>::max())
+    return {};
+  return {static_cast<int>(grid), static_cast<int>(tiles)};
 }
 
 template <int NCH, bool PREFETCH, int RPL>
@@ -621,15 +624,14 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   p.g = a.g;
   p.beta = a.beta;
   p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
-  const int staged_grid = staged_decode_grid(a);
-  if (staged_grid > 0) {
-    const int num_tiles = a.num_seqs * a.HV * (a.dv / kPipeRows);
+  const StagedPlan staged = staged_decode_plan(a);
+  if (staged.grid > 0) {
     if (a.gate == GateKind::kda)
       gated_delta_decode_pipelined_kernel<true>
-          <<<staged_grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, num_tiles);
+          <<<staged.grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, staged.tiles);
     else
       gated_delta_decode_pipelined_kernel<false>
-          <<<staged_grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, num_tiles);
+          <<<staged.grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, staged.tiles);
   } else if (a.dk == 128)
     launch_rows8<4>(a, p, stream);
   else if (a.dk == 64)
@@ -650,7 +652,7 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
 }
 
 bool gated_delta_pool_uses_staged_decode(const GatedDeltaPoolArgs& a) {
-  return staged_decode_grid(a) > 0;
+  return staged_decode_plan(a).grid > 0;
 }
 
 double gated_delta_pool_bytes(const GatedDeltaPoolArgs& a, int64_t T) {
