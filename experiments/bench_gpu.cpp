@@ -3,7 +3,9 @@
 // against its CPU reference on the benchmark's own data before it is timed; a kernel that fails
 // its check gets no speed printed (and the run fails). Byte models: gated_delta_pool_bytes and
 // checkpoint_store_bytes. Timing: CUDA events, L2 flushed before each repeat, launches replayed
-// from CUDA graphs, medians.
+// from CUDA graphs, medians. Yardsticks next to each row, same timer: a cudaMemcpy of the same
+// bytes, and (where the byte model is split into read and written bytes) a plain stream of the
+// same split and size (kernels/common/bandwidth.h).
 #ifdef STATECHECK_HAVE_CUDA
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -38,6 +41,10 @@ struct Row {
   double ms = 0, bytes = 0, flops = 0, tokens = 0;
   double ms_memset_flush = 0;    // the same launch timed after a memset flush (timing.h)
   double ms_same_size_copy = 0;  // a cudaMemcpy moving the same bytes (read + write), same timer
+  // The kernel's bytes split into read and written (0: not split), and the mixed stream of the
+  // same split and size (kernels/common/bandwidth.h): its bytes and median time, same timer.
+  double read_bytes = 0, write_bytes = 0;
+  double mix_bytes = 0, ms_mix = 0, ms_mix_memset_flush = 0;
   void set_times(const TimingStats& t) {
     ms = t.median_ms;
     ms_memset_flush = t.memset_flush_median_ms;
@@ -171,6 +178,13 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
             },
             repeats));
         store.bytes = checkpoint_store_bytes(g, adt, c, n);
+        // Read and written parts of the byte model: active values, checkpoint codes and scales,
+        // the conv window both ways (the 8 n bytes of slot ids count as read).
+        const double values = static_cast<double>(n) * g.L * g.HV * g.dv * g.dk;
+        const double conv = 2.0 * n * g.L * g.conv_elems;
+        const double active_side = values * pool_dtype_bytes(adt) + conv;
+        const double ckpt_side = store.bytes - active_side - 8.0 * n;
+        store.read_bytes = active_side + 8.0 * n, store.write_bytes = ckpt_side;
         rows.push_back(store);
         // Load into different active slots (copy-on-write); validated against decode of the stored
         // bytes.
@@ -184,6 +198,7 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
             },
             repeats));
         load.bytes = checkpoint_load_bytes(g, adt, c, n);
+        load.read_bytes = ckpt_side + 8.0 * n, load.write_bytes = active_side;
         rows.push_back(load);
         // Restore the active pool's random contents for the next store (load overwrote slots).
         fill_pool(active.temporal.data(),
@@ -305,6 +320,35 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
   }
 }
 
+// Times, for every row whose bytes are split into read and written, the mixed stream of the same
+// split and size (mixed_stream_for): the rate a plain stream moving those bytes in that
+// proportion reaches with the same timer. For the codec launches (4 : 1 or 2 : 1 either way, tens
+// of MB) it is the ceiling that the copy rate overstates. One timing per distinct stream.
+void time_same_mix_streams(GpuTimer& timer, std::vector<Row>& rows, int repeats) {
+  size_t most_read = 0, most_write = 0;
+  for (const auto& r : rows) {
+    if (r.read_bytes <= 0) continue;
+    const MixedStream m = mixed_stream_for(r.read_bytes, r.write_bytes);
+    most_read = std::max(most_read, m.read_bytes());
+    most_write = std::max(most_write, m.write_bytes());
+  }
+  if (most_read == 0) return;
+  DeviceBuffer<uint8_t> src(most_read), dst(most_write);
+  STATECHECK_CUDA_CHECK(cudaMemset(src.data(), 0x3C, most_read));
+  std::map<std::tuple<size_t, int, int>, TimingStats> time_of_stream;
+  for (auto& r : rows) {
+    if (r.read_bytes <= 0) continue;
+    const MixedStream m = mixed_stream_for(r.read_bytes, r.write_bytes);
+    auto [it, fresh] = time_of_stream.try_emplace(std::make_tuple(m.groups, m.reads, m.writes));
+    if (fresh)
+      it->second =
+          timer.time([&](cudaStream_t s) { mixed_stream(m, src.data(), dst.data(), s); }, repeats);
+    r.mix_bytes = static_cast<double>(m.read_bytes() + m.write_bytes());
+    r.ms_mix = it->second.median_ms;
+    r.ms_mix_memset_flush = it->second.memset_flush_median_ms;
+  }
+}
+
 // Times, for every row, a device-to-device cudaMemcpy that moves the row's bytes (half read, half
 // written) with the same timer, issued on the stream as the copy bandwidth is (a memcpy node of a
 // CUDA graph runs on the copy engines, well below that rate): the rate a plain copy of that
@@ -356,6 +400,7 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   bench_codecs(m, o, timer, rows, repeats);
   bench_recurrence(o, timer, rows, repeats);
   time_same_size_copies(timer, rows, repeats);
+  time_same_mix_streams(timer, rows, repeats);
 
   const std::string g = "bench";
   file.group(g);
@@ -377,16 +422,22 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
                     "write-only stream (16-byte stores, grid-stride), bytes / median time");
   summary.set("bench.read_stream.gbps", read_gbps);
   summary.set("bench.write_stream.gbps", write_gbps);
-  fmt::print("  {:<46} {:>10} {:>10} {:>9} {:>12} {:>14} {:>15}\n", "kernel", "time us", "GB/s",
-             "of copy", "tokens/s", "memset-flush", "same-size copy");
+  fmt::print("  {:<46} {:>10} {:>10} {:>9} {:>12} {:>14} {:>15} {:>15} {:>8}\n", "kernel",
+             "time us", "GB/s", "of copy", "tokens/s", "memset-flush", "same-size copy",
+             "same-mix stream", "of mix");
   for (const auto& r : rows) {
     const double gbps = r.bytes / (r.ms * 1e-3) / 1e9;
     const double gbps_memset = r.bytes / (r.ms_memset_flush * 1e-3) / 1e9;
     const double gbps_same_size = r.bytes / (r.ms_same_size_copy * 1e-3) / 1e9;
-    fmt::print("  {:<46} {:>10.2f} {:>10.1f} {:>8.1f}% {:>12.3g} {:>13.1f}% {:>14.1f}%\n", r.name,
+    const double gbps_mix = r.ms_mix > 0 ? r.mix_bytes / (r.ms_mix * 1e-3) / 1e9 : 0.0;
+    fmt::print("  {:<46} {:>10.2f} {:>10.1f} {:>8.1f}% {:>12.3g} {:>13.1f}% {:>14.1f}%", r.name,
                r.ms * 1e3, gbps, 100 * gbps / copy_gbps,
                r.tokens > 0 ? r.tokens / (r.ms * 1e-3) : 0.0, 100 * gbps_memset / copy_gbps,
                100 * gbps_same_size / copy_gbps);
+    if (gbps_mix > 0)
+      fmt::print(" {:>14.1f}% {:>7.1f}%\n", 100 * gbps_mix / copy_gbps, 100 * gbps / gbps_mix);
+    else
+      fmt::print("\n");
     const std::string k = g + "/" + r.name;
     file.write_scalar(k + "/median_ms", r.ms, "ms", "median time of one launch");
     file.write_scalar(k + "/bytes", r.bytes, "bytes",
@@ -406,6 +457,25 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
         "GB/s of a cudaMemcpy moving the same bytes (half read, half written), "
         "same timer, over the copy bandwidth: what a plain copy of this size reaches");
     summary.set("bench." + r.name + ".same_size_copy_fraction_of_copy", gbps_same_size / copy_gbps);
+    if (gbps_mix > 0) {
+      file.write_scalar(k + "/read_bytes", r.read_bytes, "bytes", "bytes of the model read");
+      file.write_scalar(k + "/write_bytes", r.write_bytes, "bytes", "bytes of the model written");
+      file.write_scalar(k + "/same_mix_stream_fraction_of_copy", gbps_mix / copy_gbps, "1",
+                        "GB/s of a plain stream moving the kernel's read and written bytes in the "
+                        "same proportion and size (16-byte coalesced accesses, same timer), over "
+                        "the copy bandwidth: the ceiling for this launch");
+      file.write_scalar(k + "/fraction_of_same_mix_stream", gbps / gbps_mix, "1",
+                        "the kernel's GB/s over that stream's");
+      const double gbps_mix_memset = r.mix_bytes / (r.ms_mix_memset_flush * 1e-3) / 1e9;
+      file.write_scalar(k + "/same_mix_stream_fraction_of_copy_memset_flush",
+                        gbps_mix_memset / copy_gbps, "1",
+                        "the same stream timed after a memset L2 flush (do_bench convention), "
+                        "over the copy bandwidth");
+      summary.set("bench." + r.name + ".same_mix_stream_fraction_of_copy_memset_flush",
+                  gbps_mix_memset / copy_gbps);
+      summary.set("bench." + r.name + ".same_mix_stream_fraction_of_copy", gbps_mix / copy_gbps);
+      summary.set("bench." + r.name + ".fraction_of_same_mix_stream", gbps / gbps_mix);
+    }
     if (r.tokens > 0) {
       file.write_scalar(k + "/tokens_per_s", r.tokens / (r.ms * 1e-3), "tokens/s",
                         "sequence tokens processed per second");

@@ -1,5 +1,9 @@
 #include "kernels/common/bandwidth.h"
 
+#include <cmath>
+
+#include "core/util/error.h"
+
 namespace statecheck::cuda {
 
 namespace {
@@ -19,6 +23,19 @@ __global__ void write_stream_kernel(float4* __restrict__ out, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     out[i] = v;
+}
+
+__global__ void __launch_bounds__(256)
+    mixed_stream_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int reads,
+                        int writes) {
+  const size_t b = blockIdx.x, t = threadIdx.x;
+  uint4 x = make_uint4(0, 0, 0, 0);
+  for (int j = 0; j < reads; ++j) {
+    const uint4 v = src[(b * reads + j) * 256 + t];
+    x.x ^= v.x, x.y ^= v.y, x.z ^= v.z, x.w ^= v.w;
+  }
+  for (int o = 0; o < writes; ++o)
+    dst[(b * writes + o) * 256 + t] = make_uint4(x.x ^ static_cast<uint32_t>(o), x.y, x.z, x.w);
 }
 
 int stream_blocks() {
@@ -56,6 +73,25 @@ double measure_write_gbps(GpuTimer& timer, size_t bytes, int repeats) {
       },
       repeats);
   return static_cast<double>(n * 16) / (t.median_ms * 1e-3) / 1e9;
+}
+
+MixedStream mixed_stream_for(double read_bytes, double write_bytes) {
+  if (!(read_bytes >= 16) || !(write_bytes >= 16))
+    fail("mixed_stream_for: needs at least 16 bytes each way (read {}, write {})", read_bytes,
+         write_bytes);
+  const double small = std::min(read_bytes, write_bytes), large = std::max(read_bytes, write_bytes);
+  const long ratio = std::lround(large / small);
+  if (ratio > 64) fail("mixed_stream_for: read : write ratio {:.1f} is over 64", large / small);
+  MixedStream m;
+  (read_bytes >= write_bytes ? m.reads : m.writes) = static_cast<int>(std::max(1L, ratio));
+  m.groups = std::max<size_t>(256, static_cast<size_t>(small / 16) / 256 * 256);
+  return m;
+}
+
+void mixed_stream(const MixedStream& m, const void* src, void* dst, cudaStream_t stream) {
+  mixed_stream_kernel<<<static_cast<unsigned>(m.groups / 256), 256, 0, stream>>>(
+      static_cast<const uint4*>(src), static_cast<uint4*>(dst), m.reads, m.writes);
+  STATECHECK_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace statecheck::cuda

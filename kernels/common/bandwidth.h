@@ -1,7 +1,9 @@
 // Device-memory ceilings measured in the same run as the benchmarks: read-only and write-only
-// streams, next to the device-to-device copy of timing.h. A kernel that mostly writes (the
+// streams, next to the device-to-device copy of timing.h, and a mixed stream that moves the bytes
+// of a given kernel in its own read : write proportion. A kernel that mostly writes (the
 // checkpoint load: 1 byte read per 4 written) or mostly reads (the store) is bounded by these
-// one-directional rates rather than by the copy rate.
+// rates rather than by the copy rate, and a launch of tens of MB further by its ramp-up, tail and
+// write-back, which the mixed stream of the same size pays too.
 #pragma once
 
 #include <cstddef>
@@ -21,5 +23,25 @@ double measure_read_gbps(GpuTimer& timer, size_t bytes, int repeats);
 
 // GB/s of a write-only stream of `bytes` (16-byte stores of a constant).
 double measure_write_gbps(GpuTimer& timer, size_t bytes, int repeats);
+
+// The shape of a mixed stream: `groups` groups (a multiple of 256) of `reads` 16-byte loads
+// folded (XOR) into one value, stored `writes` times. One of reads, writes is 1, the other >= 1.
+struct MixedStream {
+  size_t groups = 0;
+  int reads = 1, writes = 1;
+  size_t read_bytes() const { return groups * reads * 16; }
+  size_t write_bytes() const { return groups * writes * 16; }
+};
+
+// The mixed stream closest to moving `read_bytes` and `write_bytes`: the larger over the smaller
+// rounded to a whole ratio, groups from the smaller side rounded down to a multiple of 256 (at
+// least 256). Throws statecheck::Error when either is below 16 bytes or the ratio is over 64.
+MixedStream mixed_stream_for(double read_bytes, double write_bytes);
+
+// Enqueues the stream on `stream`: thread t of block b (256 threads, one group each) loads
+// src[(b * reads + j) * 256 + t] for j < reads and stores their XOR, with word x also XORed with
+// o, to dst[(b * writes + o) * 256 + t] for o < writes, so every warp access is 512 contiguous
+// bytes (uint4 units). src must hold read_bytes() and dst write_bytes(), both 16-byte aligned.
+void mixed_stream(const MixedStream& m, const void* src, void* dst, cudaStream_t stream);
 
 }  // namespace statecheck::cuda

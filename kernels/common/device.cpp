@@ -1,5 +1,9 @@
 #include "kernels/common/device.h"
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include <fmt/format.h>
 
 namespace statecheck::cuda {
@@ -29,6 +33,28 @@ std::string device_description() {
                      p.name, p.major, p.minor, p.multiProcessorCount,
                      p.totalGlobalMem / 1073741824.0, p.l2CacheSize >> 20, driver / 1000,
                      (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
+}
+
+int resident_blocks(const void* kernel, int threads, size_t dynamic_shared_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int, size_t>, int> known;
+  int device = 0;
+  STATECHECK_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, kernel, threads, dynamic_shared_bytes);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  int per_sm = 0, sms = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(dynamic_shared_bytes)) == cudaSuccess) {
+    STATECHECK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
+                                                                        dynamic_shared_bytes));
+  } else {
+    (void)cudaGetLastError();  // more than the device gives one block: not resident at all
+  }
+  STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  known.emplace(key, per_sm * sms);
+  return per_sm * sms;
 }
 
 }  // namespace statecheck::cuda

@@ -19,6 +19,14 @@ bool device_available(std::string* why = nullptr);
 // One line describing device 0: name, SMs, memory, L2, compute capability, driver/runtime.
 std::string device_description();
 
+// How many blocks of `kernel` (a __global__ function) with `threads` threads and
+// `dynamic_shared_bytes` of dynamic shared memory fit on the current device at once (blocks per
+// SM from the occupancy calculator, times the SMs): the grid of a persistent kernel. Raises the
+// kernel's dynamic shared-memory limit when the request is over the 48 KB default; returns 0 when
+// the device cannot give that much to one block. Cached per (device, kernel, threads, bytes), so a
+// launch pays the queries once. Throws statecheck::Error on other CUDA failures.
+int resident_blocks(const void* kernel, int threads, size_t dynamic_shared_bytes);
+
 // An owned device allocation of n elements of T (cudaMalloc / cudaFree). Not copyable.
 template <typename T>
 class DeviceBuffer {

@@ -4,14 +4,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include <cuda_bf16.h>
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device.h"
 #include "kernels/common/vector_io.cuh"
 
 namespace statecheck::cuda {
@@ -489,34 +488,6 @@ __global__ void __launch_bounds__(kPipeWarps * 32, kPipeMinBlocksPerSm)
   if (threadIdx.x == 0) wait_bulk_stores();
 }
 
-// Blocks of the staged kernel resident at once on the current device (blocks per SM times SMs),
-// after raising its dynamic shared-memory limit there; asked of the runtime once per device and
-// gate kind, so a launch pays one cudaGetDevice and a lookup. 0 when it cannot be resident.
-int staged_resident_blocks(bool kda) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, bool>, int> known;
-  int device = 0;
-  STATECHECK_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(device, kda);
-  const auto it = known.find(key);
-  if (it != known.end()) return it->second;
-  const void* kernel =
-      kda ? reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<true>)
-          : reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<false>);
-  int per_sm = 0, sms = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kPipeSharedBytes)) == cudaSuccess) {
-    STATECHECK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel, kPipeWarps * 32, kPipeSharedBytes));
-  } else {
-    (void)cudaGetLastError();  // a device with less shared memory per block: row kernel
-  }
-  STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  known.emplace(key, per_sm * sms);
-  return per_sm * sms;
-}
-
 // How the staged kernel would run launch `a`: its grid (0 when the row kernel runs it) and tiles.
 struct StagedPlan {
   int grid = 0, tiles = 0;
@@ -526,7 +497,14 @@ StagedPlan staged_decode_plan(const GatedDeltaPoolArgs& a) {
   if (a.max_seq_len != 1 || a.dk != 128 || a.dv % kPipeRows != 0 ||
       a.state_dtype != PoolDtype::fp32 || a.num_seqs <= 0)
     return {};
-  const int resident = staged_resident_blocks(a.gate == GateKind::kda);
+  const int resident =
+      a.gate == GateKind::kda
+          ? resident_blocks(
+                reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<true>),
+                kPipeWarps * 32, kPipeSharedBytes)
+          : resident_blocks(
+                reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<false>),
+                kPipeWarps * 32, kPipeSharedBytes);
   const int64_t tiles = static_cast<int64_t>(a.num_seqs) * a.HV * (a.dv / kPipeRows);
   int64_t grid = std::min<int64_t>(tiles, resident);
   if (a.max_blocks > 0) grid = std::min<int64_t>(grid, a.max_blocks);
