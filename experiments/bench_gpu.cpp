@@ -178,13 +178,8 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
             },
             repeats));
         store.bytes = checkpoint_store_bytes(g, adt, c, n);
-        // Read and written parts of the byte model: active values, checkpoint codes and scales,
-        // the conv window both ways (the 8 n bytes of slot ids count as read).
-        const double values = static_cast<double>(n) * g.L * g.HV * g.dv * g.dk;
-        const double conv = 2.0 * n * g.L * g.conv_elems;
-        const double active_side = values * pool_dtype_bytes(adt) + conv;
-        const double ckpt_side = store.bytes - active_side - 8.0 * n;
-        store.read_bytes = active_side + 8.0 * n, store.write_bytes = ckpt_side;
+        store.read_bytes = checkpoint_store_read_bytes(g, adt, n);
+        store.write_bytes = store.bytes - store.read_bytes;
         rows.push_back(store);
         // Load into different active slots (copy-on-write); validated against decode of the stored
         // bytes.
@@ -198,7 +193,9 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
             },
             repeats));
         load.bytes = checkpoint_load_bytes(g, adt, c, n);
-        load.read_bytes = ckpt_side + 8.0 * n, load.write_bytes = active_side;
+        // The store's bytes the other way round; the slot lists are read either way.
+        load.read_bytes = store.write_bytes + 8.0 * n;
+        load.write_bytes = load.bytes - load.read_bytes;
         rows.push_back(load);
         // Restore the active pool's random contents for the next store (load overwrote slots).
         fill_pool(active.temporal.data(),

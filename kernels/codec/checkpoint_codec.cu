@@ -1046,6 +1046,11 @@ double checkpoint_store_bytes(const PoolGeometry& g, PoolDtype active_dtype, con
   return elems * (pool_dtype_bytes(active_dtype) + c.value_bytes()) + scales + conv + 8.0 * n;
 }
 
+double checkpoint_store_read_bytes(const PoolGeometry& g, PoolDtype active_dtype, int n) {
+  const double elems = static_cast<double>(n) * g.L * g.HV * g.dv * g.dk;
+  return elems * pool_dtype_bytes(active_dtype) + 2.0 * n * g.L * g.conv_elems + 8.0 * n;
+}
+
 double checkpoint_load_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c, int n) {
   return checkpoint_store_bytes(g, active_dtype, c, n);  // the same bytes, the other way
 }

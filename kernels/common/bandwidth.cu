@@ -1,5 +1,6 @@
 #include "kernels/common/bandwidth.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/util/error.h"
@@ -76,19 +77,26 @@ double measure_write_gbps(GpuTimer& timer, size_t bytes, int repeats) {
 }
 
 MixedStream mixed_stream_for(double read_bytes, double write_bytes) {
-  if (!(read_bytes >= 16) || !(write_bytes >= 16))
+  if (!(read_bytes >= 16) || !(write_bytes >= 16) || !std::isfinite(read_bytes) ||
+      !std::isfinite(write_bytes))
     fail("mixed_stream_for: needs at least 16 bytes each way (read {}, write {})", read_bytes,
          write_bytes);
   const double small = std::min(read_bytes, write_bytes), large = std::max(read_bytes, write_bytes);
   const long ratio = std::lround(large / small);
   if (ratio > 64) fail("mixed_stream_for: read : write ratio {:.1f} is over 64", large / small);
   MixedStream m;
-  (read_bytes >= write_bytes ? m.reads : m.writes) = static_cast<int>(std::max(1L, ratio));
+  (read_bytes >= write_bytes ? m.reads : m.writes) = static_cast<int>(ratio);
   m.groups = std::max<size_t>(256, static_cast<size_t>(small / 16) / 256 * 256);
   return m;
 }
 
 void mixed_stream(const MixedStream& m, const void* src, void* dst, cudaStream_t stream) {
+  if (m.groups == 0 || m.groups % 256 != 0 || m.reads < 1 || m.writes < 1 ||
+      (m.reads > 1 && m.writes > 1) || m.groups / 256 > 0x7FFFFFFFu)
+    fail(
+        "mixed_stream: groups {} must be a positive multiple of 256 (below 2^31 blocks), reads {} "
+        "and writes {} at least 1 and one of them 1",
+        m.groups, m.reads, m.writes);
   mixed_stream_kernel<<<static_cast<unsigned>(m.groups / 256), 256, 0, stream>>>(
       static_cast<const uint4*>(src), static_cast<uint4*>(dst), m.reads, m.writes);
   STATECHECK_CUDA_CHECK(cudaGetLastError());

@@ -34,14 +34,18 @@ struct MixedStream {
 };
 
 // The mixed stream closest to moving `read_bytes` and `write_bytes`: the larger over the smaller
-// rounded to a whole ratio, groups from the smaller side rounded down to a multiple of 256 (at
-// least 256). Throws statecheck::Error when either is below 16 bytes or the ratio is over 64.
+// rounded to the nearest whole ratio (a codec launch's 3.6 : 1 with scales and conv becomes 4 : 1,
+// so the stream moves up to ~10% more of the larger side), groups from the smaller side rounded
+// down to a multiple of 256 (at least 256). Throws statecheck::Error when either is below 16 bytes
+// or not finite, or the ratio is over 64.
 MixedStream mixed_stream_for(double read_bytes, double write_bytes);
 
 // Enqueues the stream on `stream`: thread t of block b (256 threads, one group each) loads
 // src[(b * reads + j) * 256 + t] for j < reads and stores their XOR, with word x also XORed with
 // o, to dst[(b * writes + o) * 256 + t] for o < writes, so every warp access is 512 contiguous
 // bytes (uint4 units). src must hold read_bytes() and dst write_bytes(), both 16-byte aligned.
+// Throws statecheck::Error for a malformed `m` (groups not a positive multiple of 256, reads or
+// writes below 1, both above 1) and, through STATECHECK_CUDA_CHECK, for a failed launch.
 void mixed_stream(const MixedStream& m, const void* src, void* dst, cudaStream_t stream);
 
 }  // namespace statecheck::cuda

@@ -45,13 +45,23 @@ int resident_blocks(const void* kernel, int threads, size_t dynamic_shared_bytes
   const auto it = known.find(key);
   if (it != known.end()) return it->second;
   int per_sm = 0, sms = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(dynamic_shared_bytes)) == cudaSuccess) {
+  cudaFuncAttributes attributes{};
+  STATECHECK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  bool fits = true;
+  if (dynamic_shared_bytes > static_cast<size_t>(attributes.maxDynamicSharedSizeBytes)) {
+    // Raise the limit (never lower it: another launch of the kernel may need the larger one).
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(dynamic_shared_bytes));
+    if (e == cudaErrorInvalidValue) {
+      (void)cudaGetLastError();  // more than the device gives one block: not resident at all
+      fits = false;
+    } else {
+      STATECHECK_CUDA_CHECK(e);
+    }
+  }
+  if (fits)
     STATECHECK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
                                                                         dynamic_shared_bytes));
-  } else {
-    (void)cudaGetLastError();  // more than the device gives one block: not resident at all
-  }
   STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   known.emplace(key, per_sm * sms);
   return per_sm * sms;

@@ -22,9 +22,11 @@ std::string device_description();
 // How many blocks of `kernel` (a __global__ function) with `threads` threads and
 // `dynamic_shared_bytes` of dynamic shared memory fit on the current device at once (blocks per
 // SM from the occupancy calculator, times the SMs): the grid of a persistent kernel. Raises the
-// kernel's dynamic shared-memory limit when the request is over the 48 KB default; returns 0 when
-// the device cannot give that much to one block. Cached per (device, kernel, threads, bytes), so a
-// launch pays the queries once. Throws statecheck::Error on other CUDA failures.
+// kernel's dynamic shared-memory limit on the device to the request when it is above the current
+// limit (48 KB by default) and never lowers it, so a launch with that much shared memory is
+// allowed once this has returned non-zero; returns 0 when the device cannot give that much to one
+// block. Cached per (device, kernel, threads, bytes): a launch pays one cudaGetDevice and a lookup.
+// Throws statecheck::Error on any other CUDA failure (e.g. `kernel` is not a kernel).
 int resident_blocks(const void* kernel, int threads, size_t dynamic_shared_bytes);
 
 // An owned device allocation of n elements of T (cudaMalloc / cudaFree). Not copyable.

@@ -497,14 +497,12 @@ StagedPlan staged_decode_plan(const GatedDeltaPoolArgs& a) {
   if (a.max_seq_len != 1 || a.dk != 128 || a.dv % kPipeRows != 0 ||
       a.state_dtype != PoolDtype::fp32 || a.num_seqs <= 0)
     return {};
-  const int resident =
+  // Also raises the kernel's shared-memory limit for the launch (resident_blocks).
+  const void* kernel =
       a.gate == GateKind::kda
-          ? resident_blocks(
-                reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<true>),
-                kPipeWarps * 32, kPipeSharedBytes)
-          : resident_blocks(
-                reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<false>),
-                kPipeWarps * 32, kPipeSharedBytes);
+          ? reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<true>)
+          : reinterpret_cast<const void*>(gated_delta_decode_pipelined_kernel<false>);
+  const int resident = resident_blocks(kernel, kPipeWarps * 32, kPipeSharedBytes);
   const int64_t tiles = static_cast<int64_t>(a.num_seqs) * a.HV * (a.dv / kPipeRows);
   int64_t grid = std::min<int64_t>(tiles, resident);
   if (a.max_blocks > 0) grid = std::min<int64_t>(grid, a.max_blocks);

@@ -17,16 +17,17 @@ using statecheck::cuda::testing::Guarded;
 
 namespace {
 
-// The int8 checkpoint store of 8 Qwen3.5 TP-4 slots with fp32 active states reads 4 bytes per
-// value and writes 1 (plus scales and conv, which do not move the ratio off 4).
+// The int8 checkpoint store of 8 Qwen3.5 TP-4 slots with fp32 active states (bf16 scales) reads
+// 128778304 bytes and writes 34897920 (test_checkpoint_codec.cpp, CheckpointCodecByteModel):
+// 3.69 : 1, rounded to 4 : 1, with 34897920 / 16 = 2181120 groups (a multiple of 256 already).
 TEST(MixedStreamShape, FollowsTheKernelsReadWriteSplit) {
-  const double values = 8.0 * 30 * 8 * 128 * 128;
-  const MixedStream store = mixed_stream_for(4 * values + 3e6, values + 3e6);
+  const MixedStream store = mixed_stream_for(128778304.0, 34897920.0);
   EXPECT_EQ(store.reads, 4);
   EXPECT_EQ(store.writes, 1);
-  EXPECT_EQ(store.groups % 256, 0u);
-  EXPECT_LE(store.write_bytes(), values + 3e6);
-  EXPECT_GT(store.write_bytes(), values + 3e6 - 256 * 16);
+  EXPECT_EQ(store.groups, 2181120u);
+  EXPECT_EQ(store.write_bytes(), 34897920u);
+  EXPECT_EQ(store.read_bytes(), 4u * 34897920u);
+  const double values = 8.0 * 30 * 8 * 128 * 128;
   const MixedStream load = mixed_stream_for(values, 2 * values);
   EXPECT_EQ(load.reads, 1);
   EXPECT_EQ(load.writes, 2);
@@ -41,6 +42,18 @@ TEST(MixedStreamShape, RefusesDegenerateSplits) {
   EXPECT_NE(test_support::error_of([] { mixed_stream_for(8, 1e6); }).find("at least 16 bytes"),
             std::string::npos);
   EXPECT_NE(test_support::error_of([] { mixed_stream_for(1e6, 1e4); }).find("ratio 100.0 is over"),
+            std::string::npos);
+  // A malformed stream is refused before anything is launched (the pointers are never used).
+  MixedStream m;
+  m.groups = 300;
+  EXPECT_NE(test_support::error_of([&] {
+              mixed_stream(m, nullptr, nullptr, nullptr);
+            }).find("groups 300 must be a positive multiple of 256"),
+            std::string::npos);
+  m.groups = 256, m.reads = 2, m.writes = 2;
+  EXPECT_NE(test_support::error_of([&] {
+              mixed_stream(m, nullptr, nullptr, nullptr);
+            }).find("one of them 1"),
             std::string::npos);
 }
 

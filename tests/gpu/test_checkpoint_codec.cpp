@@ -464,6 +464,20 @@ TEST(CheckpointCodecArguments, MisalignedPoolBufferIsRefused) {
       << "error: '" << load_err << "'";
 }
 
+// The store's byte model split into read and written bytes, by hand for 8 slots of the Qwen3.5
+// TP-4 state (30 layers, 8 heads, 128 x 128, conv 2048 channels x 3), fp32 active, int8 with bf16
+// scales: 31457280 values read as fp32 and written as int8, 491520 bytes of scales written, the
+// 2949120-byte conv window each way, 64 bytes of slot ids read. No GPU needed.
+TEST(CheckpointCodecByteModel, StoreReadsTheActiveSideAndWritesTheCheckpointSide) {
+  const PoolGeometry g{30, 8, 128, 128, 6144};
+  const Codec c = parse_codec("int8_bf16_scale");
+  EXPECT_EQ(checkpoint_store_read_bytes(g, PoolDtype::fp32, 8), 125829120.0 + 2949120.0 + 64.0);
+  EXPECT_EQ(checkpoint_store_bytes(g, PoolDtype::fp32, c, 8) -
+                checkpoint_store_read_bytes(g, PoolDtype::fp32, 8),
+            31457280.0 + 491520.0 + 2949120.0);
+  EXPECT_EQ(checkpoint_store_read_bytes(g, PoolDtype::bf16, 1), 3932160.0 * 2 + 368640.0 + 8.0);
+}
+
 // Stores a two-slot pool whose slot 1 holds 0.01 everywhere except `bad` at (layer, head, row,
 // col) and expects the store to refuse it with that position in the message.
 void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, float bad, int layer,
