@@ -310,9 +310,15 @@ __device__ __forceinline__ void store_outputs(const Params& p, int t, int h, int
 // c * 32 + (l & 7) * 4 + e, so every warp load or store is four full 128-byte row segments and a
 // row dot product is a 3-step shuffle among 8 lanes (the RPL rows' reductions are independent and
 // interleave). A block covers 4 warps x 4 RPL rows. Semantics as gated_delta_pool_kernel; with
-// PREFETCH the inputs of token t + 1 are loaded while token t is computed.
+// PREFETCH the inputs of token t + 1 are loaded while token t is computed. Blocks per SM asked of
+// the compiler: 3 (a register cap of 168) where prefetch or 4 fp32 rows per lane need the
+// registers, else 4 (cap 128). bf16 states with 4 rows per lane take 4: KDA's per-channel gates
+// held 160 registers and 3 blocks per SM; capped at 128 (16 bytes spilled) its decode at batch
+// 256 went from 67.6% to 72.3% of the copy rate (results/gpu/..._run6/variants/
+// decode_min_blocks_per_sm.log); GDN's used 128 either way.
 template <int NCH, bool KDA, typename StateT, bool PREFETCH, int RPL>
-__global__ void __launch_bounds__(kWarps * 32, (PREFETCH || RPL > 2) ? 3 : 4)
+__global__ void __launch_bounds__(kWarps * 32,
+                                  (PREFETCH || (RPL > 2 && sizeof(StateT) == 4)) ? 3 : 4)
     gated_delta_pool_rows8_kernel(Params p) {
   constexpr int NCOL = NCH * 4;
   const int seq = blockIdx.x, h = blockIdx.y;
