@@ -34,7 +34,7 @@ struct MixedStream {
 };
 
 // The mixed stream closest to moving `read_bytes` and `write_bytes`: the larger over the smaller
-// rounded to the nearest whole ratio (a codec launch's 3.6 : 1 with scales and conv becomes 4 : 1,
+// rounded to the nearest whole ratio (a codec launch's 3.7 : 1 with scales and conv becomes 4 : 1,
 // so the stream moves up to ~10% more of the larger side), groups from the smaller side rounded
 // down to a multiple of 256 (at least 256). Throws statecheck::Error when either is below 16 bytes
 // or not finite, or the ratio is over 64.
