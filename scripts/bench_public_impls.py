@@ -13,7 +13,10 @@
 
 Timing: CUDA events, L2 flushed by a 256 MB read before each repeat and again after the launch
 inside the timed region (so its writes reach HBM), less the median time of that read alone;
-medians (the method of kernels/common/timing.h). Copy bandwidth of the
+medians (the method of kernels/common/timing.h). Each row is timed twice: eager (the Python call
+inside the timed region, so host work that outlasts the flush before it shows as idle GPU time)
+and as a CUDA graph replay of the same launches (GPU time alone: how statecheck's bench times its
+launches and how serving engines run decode). Copy bandwidth of the
 same GPU measured in the same run (tensor copy, bytes read + written). Byte models are those of
 statecheck's kernels (kernels/codec/checkpoint_codec.h, kernels/gated_delta/gated_delta_pool.h).
 Runs where PyTorch with CUDA is installed; writes a JSON of all rows with --json FILE.
@@ -35,7 +38,11 @@ def timer(fn, repeats, flush):
     (kernels/common/timing.h): the flush buffer is read before the launch and again after it
     inside the timed region (so the launch's dirty L2 lines reach HBM), and the median time of
     that read alone is subtracted; and the median after a memset of the buffer with the launch
-    alone timed (Triton's do_bench convention)."""
+    alone timed (Triton's do_bench convention).
+
+    fn is called from Python inside the timed region, so whatever of its host work (argument
+    checks, dispatch, allocation) outlasts the GPU's flush before it shows up as idle GPU time,
+    as it does for an eager caller."""
     sink = torch.empty((), dtype=torch.float32, device=flush.device)
 
     def read_flush():
@@ -77,12 +84,51 @@ def timer(fn, repeats, flush):
     return times[len(times) // 2], memset[len(memset) // 2]
 
 
+def graph_timer(fn, repeats, flush):
+    """timer() of the same launches captured once into a CUDA graph and replayed: the GPU time
+    alone, as statecheck's bench times its launches (kernels/common/timing.h) and as a serving
+    engine runs decode. Returns (None, None, reason) when fn cannot be captured, else (ms,
+    ms_memset_flush, None)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception as e:  # noqa: BLE001 - report any capture failure, keep the eager row
+        torch.cuda.synchronize()
+        return None, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    ms, ms_memset = timer(graph.replay, repeats, flush)
+    return ms, ms_memset, None
+
+
+def measure(fn, repeats, flush):
+    """Eager and CUDA-graph timings of fn (see timer and graph_timer)."""
+    eager = timer(fn, repeats, flush)
+    return eager + graph_timer(fn, repeats, flush)
+
+
 def row(impl, name, nbytes, times, copy_gbps):
-    """A result row: `times` = (ms, ms_memset_flush) from timer(), `nbytes` the byte model."""
-    ms, ms_memset = times
+    """A result row: `times` = measure()'s (ms, ms_memset_flush, graph ms, graph ms_memset_flush,
+    capture failure), `nbytes` the byte model."""
+    ms, ms_memset, gms, gms_memset, why = times
     gbps = nbytes / (ms * 1e-3) / 1e9
-    return {"impl": impl, "name": name, "ms": ms, "gbps": gbps, "fraction_of_copy": gbps / copy_gbps,
-            "fraction_of_copy_memset_flush": nbytes / (ms_memset * 1e-3) / 1e9 / copy_gbps}
+    r = {"impl": impl, "name": name, "bytes": nbytes, "ms": ms, "gbps": gbps,
+         "fraction_of_copy": gbps / copy_gbps,
+         "fraction_of_copy_memset_flush": nbytes / (ms_memset * 1e-3) / 1e9 / copy_gbps}
+    if gms is None:
+        r["graph_capture_failed"] = why
+    else:
+        r["graph_ms"] = gms
+        r["graph_gbps"] = nbytes / (gms * 1e-3) / 1e9
+        r["graph_fraction_of_copy"] = r["graph_gbps"] / copy_gbps
+        r["graph_fraction_of_copy_memset_flush"] = nbytes / (gms_memset * 1e-3) / 1e9 / copy_gbps
+    return r
 
 
 def quantize(state, qmax, fp8):
@@ -130,7 +176,7 @@ def bench_codec(dev, repeats, flush, copy_gbps, rows):
                     + 4 * n * L * CONV + 8 * n
                 for op, fn in (("store", store), ("load", load)):
                     rows.append(row("torch_ops", f"{op}_{codec}_{name}_active_N{n}", nbytes,
-                                    timer(fn, repeats, flush), copy_gbps))
+                                    measure(fn, repeats, flush), copy_gbps))
 
 
 def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
@@ -163,7 +209,7 @@ def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
             per_token = 2 * (2 * H * K + HVx * V) + 4 * (HVx * K if kda else HVx) + 4 * HVx + 2 * HVx * V
             nbytes = 2.0 * B * HVx * K * V * 4 + per_token * B
             rows.append(row("fla_fused_recurrent", f"decode_{shape}_fp32_state_B{B}", nbytes,
-                            timer(run, repeats, flush), copy_gbps))
+                            measure(run, repeats, flush), copy_gbps))
 
 
 def main():
@@ -193,14 +239,25 @@ def main():
                 if isinstance(f["bench"][name], h5py.Group) and "gbps" in f["bench"][name]:
                     ours[name] = (float(f["bench"][name]["gbps"][()]), float(f["bench"][name]["fraction_of_copy"][()]))
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}; copy bandwidth {copy_gbps:.1f} GB/s")
-    print(f"{'impl':<20} {'kernel':<40} {'time us':>9} {'GB/s':>8} {'of copy':>8} {'memset':>8} {'statecheck GB/s':>16} {'speed-up':>9}")
+    print("eager: called from Python inside the timed region; graph: the same launches replayed from a CUDA graph")
+    print(f"{'impl':<20} {'kernel':<40} {'eager us':>9} {'of copy':>8} {'memset':>7} {'graph us':>9} {'of copy':>8} "
+          f"{'memset':>7} {'statecheck GB/s':>16} {'x eager':>8} {'x graph':>8}")
     for r in rows:
         mine = ours.get(r["name"])
-        extra = f"{mine[0]:>16.1f} {mine[0] / r['gbps']:>8.1f}x" if mine else ""
+        graph = "graph_gbps" in r
+        extra = ""
         if mine:
             r["statecheck_gbps"], r["speedup"] = mine[0], mine[0] / r["gbps"]
-        print(f"{r['impl']:<20} {r['name']:<40} {r['ms'] * 1e3:>9.1f} {r['gbps']:>8.1f} {100 * r['fraction_of_copy']:>7.1f}% "
-              f"{100 * r['fraction_of_copy_memset_flush']:>7.1f}% {extra}")
+            extra = f"{mine[0]:>16.1f} {r['speedup']:>7.1f}x"
+            if graph:
+                r["speedup_graph"] = mine[0] / r["graph_gbps"]
+                extra += f" {r['speedup_graph']:>7.1f}x"
+        g = (f"{r['graph_ms'] * 1e3:>9.1f} {100 * r['graph_fraction_of_copy']:>7.1f}% "
+             f"{100 * r['graph_fraction_of_copy_memset_flush']:>6.1f}%" if graph else f"{'n/a':>9} {'':>8} {'':>7}")
+        print(f"{r['impl']:<20} {r['name']:<40} {r['ms'] * 1e3:>9.1f} {100 * r['fraction_of_copy']:>7.1f}% "
+              f"{100 * r['fraction_of_copy_memset_flush']:>6.1f}% {g} {extra}")
+        if not graph:
+            print(f"    graph capture failed: {r['graph_capture_failed']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbps": copy_gbps,
