@@ -27,17 +27,6 @@
 
 namespace statecheck {
 
-namespace {
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
-
 std::vector<Codec> codec_experiment_codecs(ScaleDtype scale) {
   return {parse_codec("fp32", scale), parse_codec("bf16", scale), parse_codec("int8", scale),
           parse_codec("fp8_e4m3", scale), parse_codec("fp8_e4m3_raw", scale)};

@@ -106,7 +106,28 @@ def plot_chain(f, out):
     ax.set_ylabel("state relative error at T")
     ax.set_title(_title(f, f"chained {_attr(g, 'codec')} checkpoints, T = {_attr(g, 'tokens')}"))
     ax.legend(fontsize=8)
-    return [_save(fig, out, "chain_error_vs_checkpoints.png")]
+    paths = [_save(fig, out, "chain_error_vs_checkpoints.png")]
+
+    if "per_head" in g and "mean_log_decay" in g["per_head"]:
+        p = g["per_head"]
+        decay = -p["mean_log_decay"][()].ravel()
+        ratio = p["saturation_ratio"][()].ravel()
+        share = p["energy_share"][()].ravel()
+        ok = np.isfinite(ratio) & (decay > 0)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ax.scatter(decay[ok], ratio[ok], s=4 + 2000 * share[ok], alpha=0.6,
+                   label="one [layer, head]; area ~ its share of the state's energy at T")
+        ax.axhline(float(g["saturation_ratio"][()]), ls="--", color="C1",
+                   label=f"whole state: {float(g['saturation_ratio'][()]):.3f}")
+        ax.axhline(2.0, ls=":", color="gray", label="sqrt(128 / 32) = 2: no contraction")
+        ax.axhline(1.0, ls=":", color="black", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("mean decay per token, -g (natural log per token, log scale)")
+        ax.set_ylabel("saturation ratio relerr(n=128) / relerr(n=32)")
+        ax.set_title(_title(f, f"chain saturation per head, drive {_attr(g, 'drive')}"))
+        ax.legend(fontsize=8)
+        paths.append(_save(fig, out, "chain_saturation_per_head.png"))
+    return paths
 
 
 def plot_kl(f, out):

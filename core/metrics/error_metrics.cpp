@@ -82,4 +82,11 @@ ErrorStats compare_head(const float* ref, const float* approx, int dv, int dk) {
   return s;
 }
 
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace statecheck

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <vector>
 
 namespace statecheck {
 
@@ -34,5 +35,9 @@ ErrorStats compare(const double* ref, const float* approx, size_t n);
 
 // Error of one head [d_v, d_k] with the per-column small-entry split.
 ErrorStats compare_head(const float* ref_vk, const float* approx_vk, int dv, int dk);
+
+// Median of `v` (the mean of the two middle values for an even count); 0 for an empty vector.
+// Used for the per-head summaries (min / median / max over [layer, head]).
+double median_of(std::vector<double> v);
 
 }  // namespace statecheck
