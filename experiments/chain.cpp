@@ -10,9 +10,9 @@
 // contracts a perturbation, so errors injected by earlier checkpoints fade geometrically. The
 // ablation `no_contraction` removes that: g = 0 (no decay) and beta scaled by 1e-3 (the delta-rule
 // write almost never contracts); every injected error persists and the error grows ~ sqrt(n).
-// Per [layer, head] (group `per_head`): each head's errors, energy share and gates, and a
-// first-order model of the saturation ratio from the gates alone (write_per_head below), which the
-// whole-state ratio is compared against.
+// Per [layer, head] (group `per_head`): each head's errors, energy share and gates, and the
+// first-order contraction model (core/metrics/contraction_model.h) of the saturation ratio,
+// which the whole-state ratio is compared against (write_per_head below).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/codec/codec.h"
+#include "core/metrics/contraction_model.h"
 #include "core/metrics/error_metrics.h"
 #include "core/recurrence/gated_delta.h"
 #include "core/util/error.h"
@@ -36,56 +37,23 @@ namespace {
 
 constexpr double kAblationBetaFactor = 1e-3;
 
-// Per-token gates of each value head of a layer, averaged over the drive's T tokens: the mean
-// log-decay g (over key channels too for KDA; natural log per token) and the first-order rate at
-// which a perturbation's energy contracts per token,
-//   rate = -2 mean(g) + mean(1 - (1 - beta)^2) / d_k:
-// the decay scales the energy by exp(2 g); the delta-rule write multiplies the perturbation's
-// component along k (1/d_k of its energy for a k of random direction) by (1 - beta)
-// (numerics.md section 1). g is [T, HV] (GDN) or [T, HV, d_k] (KDA), beta [T, HV].
-struct HeadGates {
-  std::vector<double> mean_log_decay, contraction_rate;
-};
-
-HeadGates head_gates(const RecurrenceShape& s, const LayerInputs& in) {
-  const int per_head = s.gate == GateKind::gdn ? 1 : s.dk;
-  HeadGates r{std::vector<double>(s.HV, 0.0), std::vector<double>(s.HV, 0.0)};
-  std::vector<double> write(s.HV, 0.0);
-  for (int t = 0; t < in.T; ++t)
-    for (int h = 0; h < s.HV; ++h) {
-      for (int j = 0; j < per_head; ++j)
-        r.mean_log_decay[h] += in.g[(static_cast<size_t>(t) * s.HV + h) * per_head + j];
-      const double b = in.beta[static_cast<size_t>(t) * s.HV + h];
-      write[h] += 1.0 - (1.0 - b) * (1.0 - b);
-    }
-  for (int h = 0; h < s.HV; ++h) {
-    r.mean_log_decay[h] /= static_cast<double>(in.T) * per_head;
-    r.contraction_rate[h] = -2.0 * r.mean_log_decay[h] + write[h] / in.T / s.dk;
-  }
-  return r;
-}
-
-// First-order model of the error energy at T after checkpoints every `spacing` tokens, in units of
-// one checkpoint's error: each checkpoint injects the same error energy, independent of the
-// others, and every later token multiplies it by exp(-rate); the sum over the T / spacing
-// checkpoints is (1 - exp(-rate T)) / (1 - exp(-rate spacing)) (T / spacing when rate = 0).
-double accumulated_checkpoints(double rate, int T, int spacing) {
-  if (!(rate > 0)) return static_cast<double>(T) / spacing;
-  return std::expm1(-rate * T) / std::expm1(-rate * spacing);
-}
-
 struct ChainAccumulator {
   // [variant][n index][checkpoint] sums of squared error and squared reference.
   std::vector<std::vector<std::vector<double>>> err, ref;
-  // [variant][n index][head] squared error and squared reference of each head at T (one layer).
+  // One layer's heads (per_layer only; merge() leaves them): [variant][n index][head] squared
+  // error and squared reference of each head at T; [variant][head * d_k + j] squared error of key
+  // column j at T after one checkpoint (n = 1); [variant] the contraction rates [HV, d_k] and mean
+  // log-decays [HV] of the gates that variant ran.
   std::vector<std::vector<std::vector<double>>> head_err, head_ref;
-  std::vector<HeadGates> gates;  // [variant]: the layer's gates as that variant ran them
-  ChainAccumulator(int variants, const std::vector<int>& ns, int heads) {
+  std::vector<std::vector<double>> column_err_n1, rate, decay;
+  ChainAccumulator(int variants, const std::vector<int>& ns, int heads = 0, int dk = 0) {
     err.resize(variants);
     ref.resize(variants);
     head_err.resize(variants);
     head_ref.resize(variants);
-    gates.resize(variants);
+    column_err_n1.assign(variants, std::vector<double>(static_cast<size_t>(heads) * dk, 0.0));
+    rate.resize(variants);
+    decay.resize(variants);
     for (int v = 0; v < variants; ++v)
       for (int n : ns) {
         err[v].push_back(std::vector<double>(n, 0.0));
@@ -94,6 +62,7 @@ struct ChainAccumulator {
         head_ref[v].push_back(std::vector<double>(heads, 0.0));
       }
   }
+  // Adds o's per-checkpoint sums (the whole-state error); per-head fields are not merged.
   void merge(const ChainAccumulator& o) {
     for (size_t v = 0; v < err.size(); ++v)
       for (size_t i = 0; i < err[v].size(); ++i)
@@ -111,25 +80,31 @@ LayerInputs without_contraction(LayerInputs in) {
 }
 
 // Per-[layer, head] view of the chain at T: which heads the whole-state ratio is made of, next to
-// the first-order model of accumulated_checkpoints(). Writes, per [layer, head] unless noted:
+// the first-order contraction model (core/metrics/contraction_model.h). `ns` must be 1, 2, ...,
+// 128 (n = 32 and n = 128 at indices 5 and 7). Writes, per [layer, head] unless noted:
 //   relerr [n, L, HV]      the head's ||S_chained - S_ref||_F / ||S_ref||_F at T for each n
 //   saturation_ratio       relerr(n=128) / relerr(n=32) (NaN where n = 32 gives 0)
 //   energy_share           ||S_ref(T)||_F^2 of the head over the whole state's: the weight of the
 //                          head's relerr^2 in the whole-state relerr^2
 //   mean_log_decay         mean g per token (1/token), as the variant ran it
-//   contraction_rate       first-order energy contraction per token (head_gates)
-//   model_saturation_ratio sqrt(acc(T / 128) / acc(T / 32)), acc = accumulated_checkpoints
-//   model_saturation_ratio (scalar) the whole state's: heads weighted by their n = 1 error energy
+//   contraction_rate [L, HV, d_k]  the model's energy contraction per token of each key column
+//   model_saturation_ratio sqrt(A(T / 128) / A(T / 32)), A(s) = sum over key columns j of the
+//                          column's one-checkpoint (n = 1) error energy times
+//                          accumulated_checkpoints(rate_j, T, s)
+//   whole_state_model_saturation_ratio (scalar)  the same sums over every head of the state
 // and the summary keys `<key>saturation_ratio_head_{min,median,max}` over heads with a finite
 // ratio,
-// `<key>saturation_ratio_model` and `<key>saturation_ratio_over_model` (measured_ratio, the
-// whole state's measured ratio, over the model's).
+// `<key>saturation_ratio_model` and `<key>saturation_ratio_over_model` (measured_ratio, the whole
+// state's measured ratio, over the model's).
 void write_per_head(H5Writer& file, const std::string& group, Summary& summary,
                     const std::string& key, const std::vector<ChainAccumulator>& per_layer, int v,
-                    const std::vector<int>& ns, int T, int L, int HV, double measured_ratio) {
+                    const std::vector<int>& ns, int T, int L, int HV, int dk,
+                    double measured_ratio) {
+  if (ns.size() != 8 || ns[5] != 32 || ns[7] != 128)
+    fail("chain: per-head summary needs n = 1, 2, ..., 128");
   const size_t heads = static_cast<size_t>(L) * HV;
   std::vector<double> relerr(ns.size() * heads), ratio(heads), share(heads), decay(heads),
-      rate(heads), model(heads);
+      rate(heads * dk), model(heads);
   double total_ref = 0, model_n128 = 0, model_n32 = 0;
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < HV; ++h) total_ref += per_layer[l].head_ref[v][0][h];
@@ -146,13 +121,18 @@ void write_per_head(H5Writer& file, const std::string& group, Summary& summary,
       ratio[lh] = n32 > 0 ? n128 / n32 : NAN;
       if (std::isfinite(ratio[lh])) finite.push_back(ratio[lh]);
       share[lh] = total_ref > 0 ? acc.head_ref[v][0][h] / total_ref : 0.0;
-      decay[lh] = acc.gates[v].mean_log_decay[h];
-      rate[lh] = acc.gates[v].contraction_rate[h];
-      const double a128 = accumulated_checkpoints(rate[lh], T, T / 128),
-                   a32 = accumulated_checkpoints(rate[lh], T, T / 32);
-      model[lh] = std::sqrt(a128 / a32);
-      model_n128 += acc.head_err[v][0][h] * a128;  // one checkpoint's error energy, accumulated
-      model_n32 += acc.head_err[v][0][h] * a32;
+      decay[lh] = acc.decay[v][h];
+      double a128 = 0, a32 = 0;
+      for (int j = 0; j < dk; ++j) {
+        const size_t hj = static_cast<size_t>(h) * dk + j;
+        const double r = acc.rate[v][hj], e1 = acc.column_err_n1[v][hj];
+        rate[lh * dk + j] = r;
+        a128 += e1 * accumulated_checkpoints(r, T, T / 128);
+        a32 += e1 * accumulated_checkpoints(r, T, T / 32);
+      }
+      model[lh] = a32 > 0 ? std::sqrt(a128 / a32) : NAN;
+      model_n128 += a128;
+      model_n32 += a32;
     }
   const double model_whole = model_n32 > 0 ? std::sqrt(model_n128 / model_n32) : NAN;
   const size_t Ls = static_cast<size_t>(L), HVs = static_cast<size_t>(HV);
@@ -168,16 +148,16 @@ void write_per_head(H5Writer& file, const std::string& group, Summary& summary,
   file.write(group + "/mean_log_decay", decay, {Ls, HVs}, "1/token",
              "mean of g (natural-log decay per token) over the tokens, and over key channels for "
              "KDA, as this variant ran them, per [layer, head]");
-  file.write(group + "/contraction_rate", rate, {Ls, HVs}, "1/token",
-             "first-order rate at which a perturbation's energy contracts per token, -2 mean(g) + "
-             "mean(1 - (1 - beta)^2) / d_k, per [layer, head]");
+  file.write(group + "/contraction_rate", rate, {Ls, HVs, static_cast<size_t>(dk)}, "1/token",
+             "first-order rate at which a perturbation's energy in key column j contracts per "
+             "token, -2 mean(g_j) + mean(1 - (1 - beta)^2) / d_k, per [layer, head, j]");
   file.write(group + "/model_saturation_ratio", model, {Ls, HVs}, "1",
-             "first-order model of the head's saturation ratio: equal, independent errors per "
-             "checkpoint contracted by exp(-contraction_rate) per token, sqrt(sum over T/128 "
-             "checkpoints / sum over T/32), per [layer, head]");
+             "first-order model of the head's saturation ratio: each key column's one-checkpoint "
+             "error energy, accumulated over independent checkpoints contracted at the column's "
+             "rate, n = 128 over n = 32, per [layer, head]");
   file.write_scalar(group + "/whole_state_model_saturation_ratio", model_whole, "1",
-                    "the model's whole-state ratio: each head's n = 1 error energy accumulated "
-                    "as above, summed over heads, n = 128 over n = 32");
+                    "the model's saturation ratio of the whole state: the same sums over every "
+                    "key column of every head");
   if (!finite.empty()) {
     summary.set(key + "saturation_ratio_head_min", *std::min_element(finite.begin(), finite.end()));
     summary.set(key + "saturation_ratio_head_median", median_of(finite));
@@ -213,7 +193,7 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
       m.name, m.tp, source.drive_name(), codec.kind_name(), scale_dtype_name(codec.scale_dtype), T,
       L, L_all, HV);
 
-  std::vector<ChainAccumulator> per_layer(L, ChainAccumulator(variants, ns, HV));
+  std::vector<ChainAccumulator> per_layer(L, ChainAccumulator(variants, ns, HV, dk));
   Progress progress("chain layers", L);
   parallel_for(L, o.thread_count(), [&](int l) {
     const LayerInputs base = source.layer_inputs(0, l, T);
@@ -223,7 +203,8 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     std::vector<std::vector<float>> S_n(ns.size(), std::vector<float>(head));
     for (int v = 0; v < variants; ++v) {
       const LayerInputs in = v == 0 ? base : without_contraction(base);
-      acc.gates[v] = head_gates(shape, in);
+      acc.rate[v] = contraction_rates(shape, in);
+      acc.decay[v] = mean_log_decay(shape, in);
       for (int h = 0; h < HV; ++h) {
         const float* init = initial.data() + h * head;
         std::copy(init, init + head, S_ref.begin());
@@ -244,13 +225,20 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
               acc.head_err[v][i][h] = e.sum_sq_err;
               acc.head_ref[v][i][h] = e.sum_sq_ref;
             }
+            if (ns[i] == 1)  // one checkpoint, at T: the error energy of each key column
+              for (int r = 0; r < dv; ++r)
+                for (int j = 0; j < dk; ++j) {
+                  const size_t e_idx = static_cast<size_t>(r) * dk + j;
+                  const double d = static_cast<double>(S_n[i][e_idx]) - S_ref[e_idx];
+                  acc.column_err_n1[v][static_cast<size_t>(h) * dk + j] += d * d;
+                }
           }
         }
       }
     }
     progress.tick();
   });
-  ChainAccumulator total(variants, ns, HV);
+  ChainAccumulator total(variants, ns);
   for (const auto& a : per_layer) total.merge(a);
 
   const std::string g = "chain";
@@ -288,7 +276,7 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
                "token position of checkpoint c for each n; NaN past n");
     file.write_scalar(vg + "/saturation_ratio", n32 > 0 ? n128 / n32 : NAN, "1",
                       "relerr(n=128) / relerr(n=32)");
-    write_per_head(file, vg + "/per_head", summary, key, per_layer, v, ns, T, L, HV,
+    write_per_head(file, vg + "/per_head", summary, key, per_layer, v, ns, T, L, HV, dk,
                    n32 > 0 ? n128 / n32 : NAN);
   }
 #ifdef STATECHECK_HAVE_CUDA

@@ -117,6 +117,10 @@ def plot_chain(f, out):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         ax.scatter(decay[ok], ratio[ok], s=4 + 2000 * share[ok], alpha=0.6,
                    label="one [layer, head]; area ~ its share of the state's energy at T")
+        if "model_saturation_ratio" in p:
+            model = p["model_saturation_ratio"][()].ravel()
+            ax.scatter(decay[ok], model[ok], marker="x", s=10, color="gray", linewidths=0.8,
+                       label="first-order contraction model of that head")
         ax.axhline(float(g["saturation_ratio"][()]), ls="--", color="C1",
                    label=f"whole state: {float(g['saturation_ratio'][()]):.3f}")
         ax.axhline(2.0, ls=":", color="gray", label="sqrt(128 / 32) = 2: no contraction")

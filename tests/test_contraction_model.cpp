@@ -1,0 +1,71 @@
+// The first-order contraction model of chained checkpoint error (core/metrics/contraction_model.h)
+// on hand-computed cases.
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/metrics/contraction_model.h"
+#include "core/util/error.h"
+
+using namespace statecheck;
+
+TEST(ContractionModel, AccumulatedCheckpointsIsTheGeometricSumOfContractedErrors) {
+  const int T = 256;
+  for (double rate : {1e-5, 1e-2, 0.3, 2.0})
+    for (int spacing : {1, 2, 8, 64, 256}) {
+      // Checkpoint m from the end (m = 0 at T) has contracted for m * spacing tokens.
+      double direct = 0;
+      for (int m = 0; m < T / spacing; ++m) direct += std::exp(-rate * m * spacing);
+      EXPECT_NEAR(accumulated_checkpoints(rate, T, spacing), direct, 1e-12 * direct)
+          << "rate " << rate << ", spacing " << spacing;
+    }
+  // Nothing contracts: every checkpoint's error is still there.
+  EXPECT_EQ(accumulated_checkpoints(0.0, T, 2), 128.0);
+  EXPECT_EQ(accumulated_checkpoints(-1.0, T, 8), 32.0);
+  // A single checkpoint (spacing = T) is one checkpoint's worth whatever the rate.
+  EXPECT_NEAR(accumulated_checkpoints(0.7, T, T), 1.0, 1e-15);
+  EXPECT_THROW(accumulated_checkpoints(0.1, T, 0), Error);
+  EXPECT_THROW(accumulated_checkpoints(0.1, T, 3), Error);  // 3 does not divide 256
+}
+
+// GDN, HV = 2 value heads of one key head, d_k = 2, T = 2 tokens. By hand:
+//   head 0: mean g = (-0.1 - 0.3) / 2 = -0.2; mean(1 - (1 - beta)^2) over beta = 0.5, 1.0:
+//           (0.75 + 1.0) / 2 = 0.875; rate = 0.4 + 0.875 / 2 = 0.8375 for both channels.
+//   head 1: mean g = (-0.2 - 0.4) / 2 = -0.3; beta = 0.25, 0.0: (0.4375 + 0) / 2 = 0.21875;
+//           rate = 0.6 + 0.21875 / 2 = 0.709375.
+TEST(ContractionModel, GdnRatesHandComputed) {
+  RecurrenceShape s;
+  s.H = 1, s.HV = 2, s.dk = 2, s.dv = 2, s.gate = GateKind::gdn;
+  LayerInputs in = LayerInputs::zeros(s, 2);
+  in.g = {-0.1f, -0.2f, -0.3f, -0.4f};  // [T, HV]
+  in.beta = {0.5f, 0.25f, 1.0f, 0.0f};  // [T, HV]
+  const std::vector<double> r = contraction_rates(s, in);
+  ASSERT_EQ(r.size(), 4u);
+  // The float inputs are the decimal values rounded to fp32: a few ulps of fp32 at most.
+  EXPECT_NEAR(r[0], 0.8375, 1e-7);
+  EXPECT_NEAR(r[1], 0.8375, 1e-7);
+  EXPECT_NEAR(r[2], 0.709375, 1e-7);
+  EXPECT_NEAR(r[3], 0.709375, 1e-7);
+  const std::vector<double> d = mean_log_decay(s, in);
+  EXPECT_NEAR(d[0], -0.2, 1e-7);
+  EXPECT_NEAR(d[1], -0.3, 1e-7);
+}
+
+// KDA, one head, d_k = 2, T = 2: channel 0 decays by g = -0.1, -0.3, channel 1 by 0, -0.2; beta
+// = 0.5 both tokens: write term (1 - 0.25) / 2 = 0.375. rate_0 = 0.4 + 0.375 = 0.775, rate_1 =
+// 0.2 + 0.375 = 0.575; mean log-decay over channels and tokens = -0.15.
+TEST(ContractionModel, KdaRatesPerKeyChannel) {
+  RecurrenceShape s;
+  s.H = 1, s.HV = 1, s.dk = 2, s.dv = 2, s.gate = GateKind::kda;
+  LayerInputs in = LayerInputs::zeros(s, 2);
+  in.g = {-0.1f, 0.0f, -0.3f, -0.2f};  // [T, HV, d_k]
+  in.beta = {0.5f, 0.5f};
+  const std::vector<double> r = contraction_rates(s, in);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_NEAR(r[0], 0.775, 1e-7);
+  EXPECT_NEAR(r[1], 0.575, 1e-7);
+  EXPECT_NEAR(mean_log_decay(s, in)[0], -0.15, 1e-7);
+  in.g.pop_back();  // wrong size: refused, naming the array
+  EXPECT_THROW(contraction_rates(s, in), Error);
+}
