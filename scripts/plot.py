@@ -126,7 +126,7 @@ def plot_chain(f, out):
         ax.axhline(2.0, ls=":", color="gray", label="sqrt(128 / 32) = 2: no contraction")
         ax.axhline(1.0, ls=":", color="black", lw=0.8)
         ax.set_xscale("log")
-        ax.set_xlabel("mean decay per token, -g (natural log per token, log scale)")
+        ax.set_xlabel("mean decay per token, -g (natural log per token, over key channels for KDA; log scale)")
         ax.set_ylabel("saturation ratio relerr(n=128) / relerr(n=32)")
         ax.set_title(_title(f, f"chain saturation per head, drive {_attr(g, 'drive')}"))
         ax.legend(fontsize=8)

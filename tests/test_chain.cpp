@@ -112,24 +112,34 @@ Options chain_options() {
 
 }  // namespace
 
-TEST(ChainExperiment, PerHeadBreakdownAddsUpToTheWholeStateAndMatchesADirectRun) {
-  const TempResult tmp("chain_gdn");
-  const ModelConfig m = small_gdn_model();
-  const Options o = chain_options();
+namespace {
+
+// Runs `chain` on a small model and checks its per-head output against sums done here: the heads
+// add up to the whole state; one head's errors match a chain run here bit for bit; every head's
+// contraction rates match the drive's gates; every head's model ratio and the whole state's
+// match the per-column one-checkpoint errors of a run here, accumulated at those rates.
+void check_per_head_breakdown(const ModelConfig& m, const std::string& drive_name,
+                              DriveKind drive) {
+  SCOPED_TRACE(drive_name);
+  const TempResult tmp("chain_" + drive_name);
+  Options o = chain_options();
+  o.drive = drive_name;
   const Summary summary = run_chain_to(m, o, tmp.path());
-  const int L = 3, HV = 4, dk = 32, heads = L * HV;
+  const RecurrenceShape s = RecurrenceShape::of_model(m);
+  const int L = m.linear_layer_count(), HV = s.HV, dk = s.dk, dv = s.dv, heads = L * HV;
+  const size_t Ls = L, HVs = HV, dks = dk;
   std::vector<size_t> shape;
   const std::vector<double> whole = read_hdf5_doubles(tmp.path(), "chain/relerr");
   const std::vector<double> per_head =
       read_hdf5_doubles(tmp.path(), "chain/per_head/relerr", &shape);
-  ASSERT_EQ(shape, (std::vector<size_t>{8, 3, 4}));  // [n, layer, head]
+  ASSERT_EQ(shape, (std::vector<size_t>{8, Ls, HVs}));  // [n, layer, head]
   const std::vector<double> share = read_hdf5_doubles(tmp.path(), "chain/per_head/energy_share");
   const std::vector<double> ratio =
       read_hdf5_doubles(tmp.path(), "chain/per_head/saturation_ratio");
   const std::vector<double> decay = read_hdf5_doubles(tmp.path(), "chain/per_head/mean_log_decay");
   const std::vector<double> rate =
       read_hdf5_doubles(tmp.path(), "chain/per_head/contraction_rate", &shape);
-  ASSERT_EQ(shape, (std::vector<size_t>{3, 4, 32}));  // [layer, head, key channel]
+  ASSERT_EQ(shape, (std::vector<size_t>{Ls, HVs, dks}));  // [layer, head, key channel]
   const std::vector<double> model =
       read_hdf5_doubles(tmp.path(), "chain/per_head/model_saturation_ratio");
   ASSERT_EQ(whole.size(), 8u);
@@ -153,57 +163,87 @@ TEST(ChainExperiment, PerHeadBreakdownAddsUpToTheWholeStateAndMatchesADirectRun)
     EXPECT_NEAR(std::sqrt(sq), whole[i], 1e-12 * whole[i]) << "n index " << i;
   }
 
-  // Head 2 of layer 1 against a chain run here, for n = 1 (one checkpoint, at T), 32 and 128
-  // (every 2 tokens): the same operations in the same order, so the same bits.
-  const int l = 1, h = 2, lh = l * HV + h;
-  const HeadRun n1 = run_head(m, o, DriveKind::init_gdn, l, h, o.chain_tokens);
-  const double n32 = relerr(run_head(m, o, DriveKind::init_gdn, l, h, o.chain_tokens / 32));
-  const double n128 = relerr(run_head(m, o, DriveKind::init_gdn, l, h, o.chain_tokens / 128));
-  EXPECT_DOUBLE_EQ(per_head[0 * heads + lh], relerr(n1));
-  EXPECT_DOUBLE_EQ(per_head[5 * heads + lh], n32);
-  EXPECT_DOUBLE_EQ(per_head[7 * heads + lh], n128);
-  EXPECT_DOUBLE_EQ(ratio[lh], n128 / n32);
-  EXPECT_GT(relerr(n1), 0.0);  // int8 is lossy
-
-  // The head's gates from the drive's g [T, HV] and beta [T, HV], and its model ratio from the
-  // n = 1 error of each key column, accumulated at the column's rate.
-  const RecurrenceShape s = RecurrenceShape::of_model(m);
-  const LayerInputs in = synthetic_inputs(DriveKind::init_gdn, s, o.seed, l, o.chain_tokens);
-  double g = 0, w = 0;
-  for (int t = 0; t < o.chain_tokens; ++t) {
-    g += in.g[static_cast<size_t>(t) * HV + h];
-    const double b = in.beta[static_cast<size_t>(t) * HV + h];
-    w += 1.0 - (1.0 - b) * (1.0 - b);
+  // Head 2 of layer 1 against a chain run here, for n = 32 and 128 (every 2 tokens): the same
+  // operations in the same order, so the same bits.
+  {
+    const int l = 1, h = 2, lh = l * HV + h;
+    const double n32 = relerr(run_head(m, o, drive, l, h, o.chain_tokens / 32));
+    const double n128 = relerr(run_head(m, o, drive, l, h, o.chain_tokens / 128));
+    EXPECT_DOUBLE_EQ(per_head[5 * heads + lh], n32);
+    EXPECT_DOUBLE_EQ(per_head[7 * heads + lh], n128);
+    EXPECT_DOUBLE_EQ(ratio[lh], n128 / n32);
   }
-  g /= o.chain_tokens;
-  w /= o.chain_tokens;
-  EXPECT_NEAR(decay[lh], g, 1e-12 * std::abs(g));
-  EXPECT_LT(decay[lh], 0.0);
-  const double r = -2.0 * g + w / dk;
-  double a128 = 0, a32 = 0;
-  for (int j = 0; j < dk; ++j) {
-    EXPECT_NEAR(rate[static_cast<size_t>(lh) * dk + j], r, 1e-12 * r) << "channel " << j;
-    double e1 = 0;  // column j's squared error after the one checkpoint
-    for (int row = 0; row < 32; ++row) {
-      const double d = static_cast<double>(n1.chained[row * dk + j]) - n1.ref[row * dk + j];
-      e1 += d * d;
+
+  // Every head: n = 1 error, gates and the model, from sums done here. The rates from the drive's
+  // g ([T, HV] for GDN, [T, HV, d_k] for KDA) and beta ([T, HV]); each key column's squared error
+  // after the one checkpoint, accumulated at its rate over 128 and over 32 checkpoints.
+  const bool kda = s.gate == GateKind::kda;
+  double all128 = 0, all32 = 0;
+  for (int l = 0; l < L; ++l) {
+    const LayerInputs in = synthetic_inputs(drive, s, o.seed, l, o.chain_tokens);
+    for (int h = 0; h < HV; ++h) {
+      const int lh = l * HV + h;
+      const HeadRun n1 = run_head(m, o, drive, l, h, o.chain_tokens);
+      EXPECT_DOUBLE_EQ(per_head[0 * heads + lh], relerr(n1)) << "head " << lh;
+      EXPECT_GT(relerr(n1), 0.0);  // int8 is lossy
+      double w = 0, g_head = 0;
+      for (int t = 0; t < o.chain_tokens; ++t) {
+        const double b = in.beta[static_cast<size_t>(t) * HV + h];
+        w += (1.0 - (1.0 - b) * (1.0 - b)) / o.chain_tokens;
+      }
+      double a128 = 0, a32 = 0;
+      for (int j = 0; j < dk; ++j) {
+        double g = 0;
+        for (int t = 0; t < o.chain_tokens; ++t)
+          g += in.g[kda ? (static_cast<size_t>(t) * HV + h) * dk + j
+                        : static_cast<size_t>(t) * HV + h] /
+               o.chain_tokens;
+        g_head += g / dk;
+        const double r = -2.0 * g + w / dk;
+        EXPECT_NEAR(rate[static_cast<size_t>(lh) * dk + j], r, 1e-12 * r)
+            << "head " << lh << ", channel " << j;
+        double e1 = 0;  // column j's squared error after the one checkpoint
+        for (int row = 0; row < dv; ++row) {
+          const double d = static_cast<double>(n1.chained[row * dk + j]) - n1.ref[row * dk + j];
+          e1 += d * d;
+        }
+        a128 += e1 * accumulated_checkpoints(r, o.chain_tokens, o.chain_tokens / 128);
+        a32 += e1 * accumulated_checkpoints(r, o.chain_tokens, o.chain_tokens / 32);
+      }
+      EXPECT_NEAR(decay[lh], g_head, 1e-9 * std::abs(g_head)) << "head " << lh;
+      EXPECT_LT(decay[lh], 0.0);
+      EXPECT_NEAR(model[lh], std::sqrt(a128 / a32), 1e-9 * model[lh]) << "head " << lh;
+      all128 += a128;
+      all32 += a32;
     }
-    a128 += e1 * accumulated_checkpoints(r, o.chain_tokens, 2);
-    a32 += e1 * accumulated_checkpoints(r, o.chain_tokens, 8);
   }
-  EXPECT_NEAR(model[lh], std::sqrt(a128 / a32), 1e-9 * model[lh]);
+  EXPECT_NEAR(summary.get("chain.saturation_ratio_model"), std::sqrt(all128 / all32),
+              1e-9 * std::sqrt(all128 / all32));
+  EXPECT_DOUBLE_EQ(
+      summary.get("chain.saturation_ratio_over_model"),
+      summary.get("chain.saturation_ratio") / summary.get("chain.saturation_ratio_model"));
 
-  // Summary keys: min / median / max over the heads' ratios (12 heads: the median is the mean
-  // of the middle two).
+  // Summary keys: min / median / max over the heads' ratios (an even count of heads: the median
+  // is the mean of the middle two).
+  ASSERT_EQ(heads % 2, 0);
   std::vector<double> sorted = ratio;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(summary.get("chain.saturation_ratio_head_min"), sorted.front());
   EXPECT_EQ(summary.get("chain.saturation_ratio_head_median"),
             0.5 * (sorted[heads / 2 - 1] + sorted[heads / 2]));
   EXPECT_EQ(summary.get("chain.saturation_ratio_head_max"), sorted.back());
-  EXPECT_DOUBLE_EQ(
-      summary.get("chain.saturation_ratio_over_model"),
-      summary.get("chain.saturation_ratio") / summary.get("chain.saturation_ratio_model"));
+}
+
+}  // namespace
+
+TEST(ChainExperiment, PerHeadBreakdownOfGdnMatchesSumsDoneHere) {
+  check_per_head_breakdown(small_gdn_model(), "init-gdn", DriveKind::init_gdn);
+}
+
+// KDA on init-kda: each key channel decays at its own rate, so the model's per-column weights
+// matter (on GDN they cancel within a head).
+TEST(ChainExperiment, PerHeadBreakdownOfKdaMatchesSumsDoneHere) {
+  check_per_head_breakdown(small_kda_model(), "init-kda", DriveKind::init_kda);
 }
 
 // The first-order model predicts the whole state's saturation, per key channel for KDA (whose

@@ -12,7 +12,7 @@ using namespace statecheck;
 
 TEST(ContractionModel, AccumulatedCheckpointsIsTheGeometricSumOfContractedErrors) {
   const int T = 256;
-  for (double rate : {1e-5, 1e-2, 0.3, 2.0})
+  for (double rate : {-1e-3, 1e-5, 1e-2, 0.3, 2.0})  // a negative rate: the error grows
     for (int spacing : {1, 2, 8, 64, 256}) {
       // Checkpoint m from the end (m = 0 at T) has contracted for m * spacing tokens.
       double direct = 0;
@@ -22,7 +22,7 @@ TEST(ContractionModel, AccumulatedCheckpointsIsTheGeometricSumOfContractedErrors
     }
   // Nothing contracts: every checkpoint's error is still there.
   EXPECT_EQ(accumulated_checkpoints(0.0, T, 2), 128.0);
-  EXPECT_EQ(accumulated_checkpoints(-1.0, T, 8), 32.0);
+  EXPECT_TRUE(std::isnan(accumulated_checkpoints(std::nan(""), T, 8)));
   // A single checkpoint (spacing = T) is one checkpoint's worth whatever the rate.
   EXPECT_NEAR(accumulated_checkpoints(0.7, T, T), 1.0, 1e-15);
   EXPECT_THROW(accumulated_checkpoints(0.1, T, 0), Error);
@@ -52,20 +52,27 @@ TEST(ContractionModel, GdnRatesHandComputed) {
   EXPECT_NEAR(d[1], -0.3, 1e-7);
 }
 
-// KDA, one head, d_k = 2, T = 2: channel 0 decays by g = -0.1, -0.3, channel 1 by 0, -0.2; beta
-// = 0.5 both tokens: write term (1 - 0.25) / 2 = 0.375. rate_0 = 0.4 + 0.375 = 0.775, rate_1 =
-// 0.2 + 0.375 = 0.575; mean log-decay over channels and tokens = -0.15.
+// KDA, HV = 2 heads of one key head, d_k = 2, T = 2; g [T, HV, d_k]:
+//   t = 0: head 0 (-0.1, 0.0), head 1 (-0.5, -0.7); t = 1: head 0 (-0.3, -0.2), head 1 (-0.1, 0.0)
+// beta [T, HV] = 0.5 everywhere: write term (1 - 0.25) / 2 = 0.375.
+//   head 0: rate_0 = 0.4 + 0.375 = 0.775, rate_1 = 0.2 + 0.375 = 0.575; mean g = -0.15.
+//   head 1: rate_0 = 0.6 + 0.375 = 0.975, rate_1 = 0.7 + 0.375 = 1.075; mean g = -0.325.
+// (A [T, d_k, HV] reading would mix the heads' values and miss all four.)
 TEST(ContractionModel, KdaRatesPerKeyChannel) {
   RecurrenceShape s;
-  s.H = 1, s.HV = 1, s.dk = 2, s.dv = 2, s.gate = GateKind::kda;
+  s.H = 1, s.HV = 2, s.dk = 2, s.dv = 2, s.gate = GateKind::kda;
   LayerInputs in = LayerInputs::zeros(s, 2);
-  in.g = {-0.1f, 0.0f, -0.3f, -0.2f};  // [T, HV, d_k]
-  in.beta = {0.5f, 0.5f};
+  in.g = {-0.1f, 0.0f, -0.5f, -0.7f, -0.3f, -0.2f, -0.1f, 0.0f};
+  in.beta = {0.5f, 0.5f, 0.5f, 0.5f};
   const std::vector<double> r = contraction_rates(s, in);
-  ASSERT_EQ(r.size(), 2u);
+  ASSERT_EQ(r.size(), 4u);
   EXPECT_NEAR(r[0], 0.775, 1e-7);
   EXPECT_NEAR(r[1], 0.575, 1e-7);
-  EXPECT_NEAR(mean_log_decay(s, in)[0], -0.15, 1e-7);
+  EXPECT_NEAR(r[2], 0.975, 1e-7);
+  EXPECT_NEAR(r[3], 1.075, 1e-7);
+  const std::vector<double> d = mean_log_decay(s, in);
+  EXPECT_NEAR(d[0], -0.15, 1e-7);
+  EXPECT_NEAR(d[1], -0.325, 1e-7);
   in.g.pop_back();  // wrong size: refused, naming the array
   EXPECT_THROW(contraction_rates(s, in), Error);
 }

@@ -46,8 +46,8 @@ std::vector<double> mean_log_decay(const RecurrenceShape& s, const LayerInputs& 
 double accumulated_checkpoints(double rate, int T, int spacing) {
   if (spacing <= 0 || T <= 0 || T % spacing != 0)
     fail("accumulated_checkpoints: spacing {} must be positive and divide T = {}", spacing, T);
-  if (!(rate > 0)) return static_cast<double>(T / spacing);
-  return std::expm1(-rate * T) / std::expm1(-rate * spacing);
+  if (rate == 0) return static_cast<double>(T / spacing);
+  return std::expm1(-rate * T) / std::expm1(-rate * spacing);  // NaN stays NaN
 }
 
 }  // namespace statecheck

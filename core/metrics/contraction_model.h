@@ -6,10 +6,15 @@
 //   E <- E (I - beta k k^T)        (||k|| = 1)
 // Column j of E loses energy at exp(2 g_j) per token from the decay. The delta-rule write scales
 // E's component along k by (1 - beta), which removes 1 - (1 - beta)^2 of the energy along k; for
-// a k of random direction that is 1 / d_k of E's energy, spread evenly over the columns. So, to
-// first order, column j's energy contracts per token at the rate
+// a k of random direction that is, on average, exactly (2 beta - beta^2) / d_k of E's energy. Per
+// column it is ||E_j||^2 (2 beta / d_k - 2 beta^2 / (d_k (d_k + 2))) taken from the column and
+// beta^2 ||E||^2 / (d_k (d_k + 2)) spread over all columns; the model gives every column the
+// head's average, so, to first order, column j's energy contracts per token at the rate
 //   rate_j = -2 mean_t(g_j) + mean_t(1 - (1 - beta)^2) / d_k.
-// The model assumes k isotropic on average and errors of different checkpoints independent.
+// Exact for the head's total when all columns decay alike (GDN); where they do not (KDA) the slow
+// columns, which carry most of the error, lose up to ~beta^2 / d_k per token more than modelled,
+// so the model predicts slightly more saturation growth than measured. The model also assumes k
+// isotropic on average and the errors of different checkpoints independent.
 #pragma once
 
 #include <vector>
@@ -32,8 +37,9 @@ std::vector<double> mean_log_decay(const RecurrenceShape& shape, const LayerInpu
 // Error energy at T after checkpoints every `spacing` tokens (at spacing, 2 spacing, ..., T), in
 // units of one checkpoint's injected energy, when every later token multiplies it by
 // exp(-rate): sum_{m = 0}^{T/spacing - 1} exp(-rate m spacing) = (1 - exp(-rate T)) /
-// (1 - exp(-rate spacing)), and T / spacing for rate <= 0 (nothing contracts). Throws
-// statecheck::Error unless 0 < spacing and spacing divides T.
+// (1 - exp(-rate spacing)); T / spacing for rate = 0 (nothing contracts), more for a negative
+// rate (growth), NaN for a NaN rate. Throws statecheck::Error unless 0 < spacing and spacing
+// divides T.
 double accumulated_checkpoints(double rate, int T, int spacing);
 
 }  // namespace statecheck
