@@ -193,8 +193,7 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
             },
             repeats));
         load.bytes = checkpoint_load_bytes(g, adt, c, n);
-        // The store's bytes the other way round; the slot lists are read either way.
-        load.read_bytes = store.write_bytes + 8.0 * n;
+        load.read_bytes = checkpoint_load_read_bytes(g, adt, c, n);
         load.write_bytes = load.bytes - load.read_bytes;
         rows.push_back(load);
         // Restore the active pool's random contents for the next store (load overwrote slots).

@@ -1055,4 +1055,11 @@ double checkpoint_load_bytes(const PoolGeometry& g, PoolDtype active_dtype, cons
   return checkpoint_store_bytes(g, active_dtype, c, n);  // the same bytes, the other way
 }
 
+double checkpoint_load_read_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c,
+                                  int n) {
+  // The store's written bytes, and the slot lists, which either direction reads.
+  return checkpoint_store_bytes(g, active_dtype, c, n) -
+         checkpoint_store_read_bytes(g, active_dtype, n) + 8.0 * n;
+}
+
 }  // namespace statecheck::cuda

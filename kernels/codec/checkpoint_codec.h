@@ -75,8 +75,11 @@ double checkpoint_store_bytes(const PoolGeometry& geo, PoolDtype active_dtype, c
 double checkpoint_load_bytes(const PoolGeometry& geo, PoolDtype active_dtype, const Codec& codec,
                              int n);
 // The part of checkpoint_store_bytes that a store reads: the active values, the conv window once
-// and the two slot lists (4 n bytes each); the rest is written. A load reads what the store
-// writes (the checkpoint values, scales and conv, plus the slot lists) and writes the rest.
+// and the two slot lists (4 n bytes each); the rest is written.
 double checkpoint_store_read_bytes(const PoolGeometry& geo, PoolDtype active_dtype, int n);
+// The part of checkpoint_load_bytes that a load reads: what the store writes (the checkpoint
+// values, scales and conv window) plus the two slot lists; the rest is written.
+double checkpoint_load_read_bytes(const PoolGeometry& geo, PoolDtype active_dtype,
+                                  const Codec& codec, int n);
 
 }  // namespace statecheck::cuda
