@@ -45,6 +45,7 @@ struct Row {
   // same split and size (kernels/common/bandwidth.h): its bytes and median time, same timer.
   double read_bytes = 0, write_bytes = 0;
   double mix_bytes = 0, ms_mix = 0, ms_mix_memset_flush = 0;
+  std::string kernel = {};  // the kernel variant that ran, where a launch chooses among several
   void set_times(const TimingStats& t) {
     ms = t.median_ms;
     ms_memset_flush = t.memset_flush_median_ms;
@@ -306,6 +307,7 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           Row r{fmt::format("{}_{}_{}_state_B{}{}", prefill ? "prefill" : "decode", sh.name,
                             pool_dtype_name(dt), B, prefill ? fmt::format("_T{}", T) : "")};
           r.set_times(timer.time([&](cudaStream_t s) { gated_delta_pool(a, s); }, repeats));
+          r.kernel = gated_delta_kernel_name(gated_delta_pool_kernel(a));
           r.bytes = gated_delta_pool_bytes(a, static_cast<int64_t>(B) * T);
           r.flops = gated_delta_pool_flops(a, static_cast<int64_t>(B) * T);
           r.tokens = static_cast<double>(B) * T;
@@ -472,6 +474,7 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
       summary.set("bench." + r.name + ".same_mix_stream_fraction_of_copy", gbps_mix / copy_gbps);
       summary.set("bench." + r.name + ".fraction_of_same_mix_stream", gbps / gbps_mix);
     }
+    if (!r.kernel.empty()) file.attr(k, "kernel", r.kernel);
     if (r.tokens > 0) {
       file.write_scalar(k + "/tokens_per_s", r.tokens / (r.ms * 1e-3), "tokens/s",
                         "sequence tokens processed per second");

@@ -20,6 +20,7 @@ namespace {
 constexpr int kWarps = 4;        // warps per block
 constexpr int kRowsPerWarp = 8;  // state rows (value channels) each warp keeps in registers
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kPackedRowsPerLane = 4;  // bf16 packed decode: 64 rows per block
 
 struct Params {
   int H, HV, dk, dv;
@@ -208,7 +209,9 @@ __device__ __forceinline__ void load_token(const Params& p, int t, int h, int kh
 
 // One token of the recurrence on a lane's RPL state rows s (rows8 layout): q and k normalised,
 // decay, delta-rule write, readout. out[r] is row r's output, summed over the row's 8 lanes. The
-// token registers are consumed (q, k and g are scaled in place).
+// token registers are consumed (q, k and g are scaled in place). Every rounding is spelled out
+// (__fmul_rn, __fmaf_rn: no contraction left to the compiler), so that the packed bf16 decode
+// (token_step_packed) repeats it bit for bit.
 template <int NCH, bool KDA, int RPL>
 __device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, RPL>& cur,
                                            float (&s)[RPL][NCH * 4], float (&out)[RPL]) {
@@ -216,8 +219,8 @@ __device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, 
   float qsum = 0.0f, ksum = 0.0f;
 #pragma unroll
   for (int i = 0; i < NCOL; ++i) {
-    qsum += cur.q[i] * cur.q[i];
-    ksum += cur.k[i] * cur.k[i];
+    qsum = __fmaf_rn(cur.q[i], cur.q[i], qsum);
+    ksum = __fmaf_rn(cur.k[i], cur.k[i], ksum);
   }
   float qscale = p.scale, kscale = 1.0f;
   if (p.qk_l2norm) {
@@ -230,8 +233,8 @@ __device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, 
   const float a = KDA ? 0.0f : expf(cur.g[0]);
 #pragma unroll
   for (int i = 0; i < NCOL; ++i) {
-    kk[i] *= kscale;
-    qq[i] *= qscale;
+    kk[i] = __fmul_rn(kk[i], kscale);
+    qq[i] = __fmul_rn(qq[i], qscale);
     if constexpr (KDA) cur.g[i] = expf(cur.g[i]);
   }
   float part[RPL], w[RPL];
@@ -240,19 +243,121 @@ __device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, 
     part[r] = 0.0f;
 #pragma unroll
     for (int i = 0; i < NCOL; ++i) {
-      s[r][i] *= KDA ? cur.g[KDA ? i : 0] : a;
-      part[r] += s[r][i] * kk[i];
+      s[r][i] = __fmul_rn(s[r][i], KDA ? cur.g[KDA ? i : 0] : a);
+      part[r] = __fmaf_rn(s[r][i], kk[i], part[r]);
     }
   }
 #pragma unroll
-  for (int r = 0; r < RPL; ++r) w[r] = cur.beta * (cur.v[r] - row_sum(part[r]));
+  for (int r = 0; r < RPL; ++r) w[r] = __fmul_rn(cur.beta, cur.v[r] - row_sum(part[r]));
 #pragma unroll
   for (int r = 0; r < RPL; ++r) {
     out[r] = 0.0f;
 #pragma unroll
     for (int i = 0; i < NCOL; ++i) {
-      s[r][i] += w[r] * kk[i];
-      out[r] += s[r][i] * qq[i];
+      s[r][i] = __fmaf_rn(w[r], kk[i], s[r][i]);
+      out[r] = __fmaf_rn(s[r][i], qq[i], out[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) out[r] = row_sum(out[r]);
+}
+
+// bf16 state rows held packed in registers: four bf16 values per uint2 (two per word, the lower
+// column in the low half). bf16 -> fp32 is exact (the bits moved up 16 places). Two spellings of
+// the conversion, by shifts and masks and by byte permutes, because ptxas merges identical
+// instructions: the packed decode converts each piece once for u = S k and again for the write,
+// and with one spelling ptxas keeps the first conversion's fp32 values live across the reduction
+// in between, which doubles the registers it was meant to save (volatile, so that neither is
+// merged nor moved by the compiler above ptxas).
+__device__ __forceinline__ void unpack_bf16x4(uint2 raw, float* s) {
+  uint32_t lo0, hi0, lo1, hi1;
+  asm volatile("shl.b32 %0, %1, 16;" : "=r"(lo0) : "r"(raw.x));
+  asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(hi0) : "r"(raw.x));
+  asm volatile("shl.b32 %0, %1, 16;" : "=r"(lo1) : "r"(raw.y));
+  asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(hi1) : "r"(raw.y));
+  s[0] = __uint_as_float(lo0), s[1] = __uint_as_float(hi0);
+  s[2] = __uint_as_float(lo1), s[3] = __uint_as_float(hi1);
+}
+
+__device__ __forceinline__ void unpack_bf16x4_permuted(uint2 raw, float* s) {
+  uint32_t lo0, hi0, lo1, hi1;
+  asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo0) : "r"(raw.x));
+  asm volatile("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(hi0) : "r"(raw.x));
+  asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo1) : "r"(raw.y));
+  asm volatile("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(hi1) : "r"(raw.y));
+  s[0] = __uint_as_float(lo0), s[1] = __uint_as_float(hi0);
+  s[2] = __uint_as_float(lo1), s[3] = __uint_as_float(hi1);
+}
+
+// fp32 -> four packed bf16, round to nearest even (as store_vec and the CPU bf16 codec).
+__device__ __forceinline__ uint2 pack_bf16x4(const float* s) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(s[0], s[1]);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(s[2], s[3]);
+  uint2 raw;
+  raw.x = *reinterpret_cast<const uint32_t*>(&a);
+  raw.y = *reinterpret_cast<const uint32_t*>(&b);
+  return raw;
+}
+
+// token_step on packed bf16 rows (one token, then rounded to bf16): each 4-column piece is
+// converted where it is used, once for u = S k and once for the write and readout, instead of
+// being held as fp32 through the token. Same operations in the same order as token_step, so the
+// state and outputs are bit for bit those of token_step followed by a bf16 store.
+template <int NCH, bool KDA, int RPL>
+__device__ __forceinline__ void token_step_packed(const Params& p, TokenRegs<NCH, KDA, RPL>& cur,
+                                                  uint2 (&raw)[RPL][NCH], float (&out)[RPL]) {
+  constexpr int NCOL = NCH * 4;
+  float qsum = 0.0f, ksum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < NCOL; ++i) {
+    qsum = __fmaf_rn(cur.q[i], cur.q[i], qsum);
+    ksum = __fmaf_rn(cur.k[i], cur.k[i], ksum);
+  }
+  float qscale = p.scale, kscale = 1.0f;
+  if (p.qk_l2norm) {
+    qscale = p.scale / sqrtf(row_sum(qsum) + 1e-6f);
+    kscale = 1.0f / sqrtf(row_sum(ksum) + 1e-6f);
+  }
+  float* kk = cur.k;
+  float* qq = cur.q;
+  const float a = KDA ? 0.0f : expf(cur.g[0]);
+#pragma unroll
+  for (int i = 0; i < NCOL; ++i) {
+    kk[i] = __fmul_rn(kk[i], kscale);
+    qq[i] = __fmul_rn(qq[i], qscale);
+    if constexpr (KDA) cur.g[i] = expf(cur.g[i]);
+  }
+  float part[RPL], w[RPL];
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) {
+    part[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      float s[4];
+      unpack_bf16x4(raw[r][c], s);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = c * 4 + e;
+        part[r] = __fmaf_rn(__fmul_rn(s[e], KDA ? cur.g[KDA ? i : 0] : a), kk[i], part[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) w[r] = __fmul_rn(cur.beta, cur.v[r] - row_sum(part[r]));
+#pragma unroll
+  for (int r = 0; r < RPL; ++r) {
+    out[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      float s[4];
+      unpack_bf16x4_permuted(raw[r][c], s);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = c * 4 + e;
+        s[e] = __fmaf_rn(w[r], kk[i], __fmul_rn(s[e], KDA ? cur.g[KDA ? i : 0] : a));
+        out[r] = __fmaf_rn(s[e], qq[i], out[r]);
+      }
+      raw[r][c] = pack_bf16x4(s);
     }
   }
 #pragma unroll
@@ -358,6 +463,78 @@ __global__ void __launch_bounds__(kWarps * 32,
   }
 
   store_lane_rows<NCH>(S, rows, row_ok, sub, s);
+}
+
+// Decode over bf16 states with d_k = 32 * NCH <= 128: the rows8 layout with 4 rows per lane
+// (64 rows per block of 4 warps), the rows held packed (8 bytes per 4 columns) and converted where
+// used (token_step_packed). The rows8 kernel holds them as fp32: with bf16 states a block then
+// has half the bytes in flight of an fp32 one for the same registers, and at batch 256 it reached
+// 79-80% (GDN) and 73% (KDA) of the copy rate against 82% and 82% for this kernel (H200,
+// results/gpu/2026-11-29_nvidia-h200_run8/variants/decode_bf16_packed_v*.log; variants with 2 or 8
+// rows per lane, more blocks per SM, or q and k staged in shared memory were slower). A
+// sequence without tokens is left untouched; one with more tokens than the one-token hint said is
+// run row by row in fp32 over all its tokens and rounded once at the end, as the rows8 kernel
+// does, so every hint gives the same bits.
+template <int NCH, bool KDA>
+__global__ void __launch_bounds__(kWarps * 32, 4) gated_delta_decode_bf16_packed_kernel(Params p) {
+  constexpr int RPL = kPackedRowsPerLane;
+  constexpr int dk = NCH * 32;
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.z * kWarps + warp) * (4 * RPL) + (lane >> 3);
+  const int sub = lane & 7;
+  const int dv = p.dv;
+  const int kh = h / (p.HV / p.H);
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  if (t0 >= t1) return;
+  __nv_bfloat16* S = reinterpret_cast<__nv_bfloat16*>(p.pool) +
+                     (static_cast<size_t>(p.slot_ids[seq]) * p.HV + h) * dv * dk;
+  int rows[RPL];
+  bool row_ok[RPL];
+#pragma unroll
+  for (int i = 0; i < RPL; ++i) {
+    rows[i] = row0 + 4 * i;
+    row_ok[i] = rows[i] < dv;
+  }
+  auto piece = [&](int i, int c) {
+    return reinterpret_cast<uint2*>(S + static_cast<size_t>(rows[i]) * dk + c * 32 + sub * 4);
+  };
+  uint2 raw[RPL][NCH];
+  if (t1 - t0 == 1) {
+#pragma unroll
+    for (int i = 0; i < RPL; ++i)
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) raw[i][c] = row_ok[i] ? *piece(i, c) : make_uint2(0u, 0u);
+    TokenRegs<NCH, KDA, RPL> cur;
+    load_token(p, t0, h, kh, sub, rows, row_ok, cur);
+    float out[RPL];
+    token_step_packed(p, cur, raw, out);
+    store_outputs(p, t0, h, sub, rows, row_ok, out);
+  } else {
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) {
+      const int row[1] = {rows[i]};
+      const bool ok[1] = {row_ok[i]};
+      float s[1][NCH * 4];
+#pragma unroll
+      for (int c = 0; c < NCH; ++c)
+        unpack_bf16x4(ok[0] ? *piece(i, c) : make_uint2(0u, 0u), &s[0][c * 4]);
+      for (int t = t0; t < t1; ++t) {
+        TokenRegs<NCH, KDA, 1> cur;
+        load_token(p, t, h, kh, sub, row, ok, cur);
+        float out[1];
+        token_step(p, cur, s, out);
+        store_outputs(p, t, h, sub, row, ok, out);
+      }
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) raw[i][c] = pack_bf16x4(&s[0][c * 4]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RPL; ++i)
+    if (row_ok[i])
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) *piece(i, c) = raw[i][c];
 }
 
 // Decode over fp32 states with d_k = 128 and d_v % 32 == 0, staged through shared memory by bulk
@@ -536,16 +713,27 @@ void launch_rows8_variant(const GatedDeltaPoolArgs& a, const Params& p, cudaStre
         <<<grid, block, 0, stream>>>(p);
 }
 
-// Decode launches (every sequence one token, max_seq_len == 1) take the variant without the
-// one-token-ahead input registers and with 4 rows per lane (64 rows per block: more loads in
-// flight per thread, half the blocks); longer sequences prefetch inputs with 2 rows per lane.
+// Decode launches (every sequence one token, max_seq_len == 1) of bf16 states with d_k <= 128
+// take the packed kernel; other decode launches the rows8 variant without the one-token-ahead
+// input registers and with 4 rows per lane (64 rows per block: more loads in flight per thread,
+// half the blocks), or 2 for d_k = 256; longer sequences prefetch inputs with 2 rows per lane.
 template <int NCH>
 void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
   if (a.max_seq_len == 1) {
-    if constexpr (NCH <= 4)
+    if constexpr (NCH <= 4) {
+      if (a.state_dtype == PoolDtype::bf16) {
+        const int rows_per_block = kWarps * 4 * kPackedRowsPerLane;
+        const dim3 grid(a.num_seqs, a.HV, (a.dv + rows_per_block - 1) / rows_per_block);
+        if (a.gate == GateKind::kda)
+          gated_delta_decode_bf16_packed_kernel<NCH, true><<<grid, kWarps * 32, 0, stream>>>(p);
+        else
+          gated_delta_decode_bf16_packed_kernel<NCH, false><<<grid, kWarps * 32, 0, stream>>>(p);
+        return;
+      }
       launch_rows8_variant<NCH, false, 4>(a, p, stream);
-    else
+    } else {
       launch_rows8_variant<NCH, false, 2>(a, p, stream);
+    }
   } else {
     launch_rows8_variant<NCH, true, 2>(a, p, stream);
   }
@@ -633,8 +821,29 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   STATECHECK_CUDA_CHECK_LAUNCH("gated_delta_pool_kernel");
 }
 
-bool gated_delta_pool_uses_staged_decode(const GatedDeltaPoolArgs& a) {
-  return staged_decode_plan(a).grid > 0;
+GatedDeltaKernel gated_delta_pool_kernel(const GatedDeltaPoolArgs& a) {
+  if (staged_decode_plan(a).grid > 0) return GatedDeltaKernel::staged_decode;
+  const bool rows8 = a.dk == 32 || a.dk == 64 || a.dk == 128 || a.dk == 256;
+  if (!rows8) return GatedDeltaKernel::general;
+  if (a.max_seq_len != 1) return GatedDeltaKernel::rows8;
+  return a.state_dtype == PoolDtype::bf16 && a.dk <= 128 ? GatedDeltaKernel::packed_bf16_decode
+                                                         : GatedDeltaKernel::rows8_decode;
+}
+
+const char* gated_delta_kernel_name(GatedDeltaKernel k) {
+  switch (k) {
+    case GatedDeltaKernel::staged_decode:
+      return "staged_decode";
+    case GatedDeltaKernel::packed_bf16_decode:
+      return "packed_bf16_decode";
+    case GatedDeltaKernel::rows8_decode:
+      return "rows8_decode";
+    case GatedDeltaKernel::rows8:
+      return "rows8";
+    case GatedDeltaKernel::general:
+      return "general";
+  }
+  return "?";
 }
 
 double gated_delta_pool_bytes(const GatedDeltaPoolArgs& a, int64_t T) {

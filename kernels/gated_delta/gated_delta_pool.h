@@ -59,11 +59,12 @@ struct GatedDeltaPoolArgs {
   const float* beta = nullptr;
   uint16_t* o = nullptr;
   // Optional hint: the longest sequence of the launch in tokens (0: unknown). 1 selects a decode
-  // variant of the kernel: for fp32 states with d_k = 128 and d_v % 32 == 0, when each block of
-  // its persistent grid takes at least 16 tiles of 32 rows (batch >= 64 at 32 heads on an H200),
-  // the state is staged through shared memory by bulk copies
-  // (gated_delta_pool_uses_staged_decode); otherwise no input prefetch and more rows per lane.
-  // Every token is applied whatever the hint says, and results are bit for bit the same.
+  // variant of the kernel (gated_delta_pool_kernel): for fp32 states with d_k = 128 and
+  // d_v % 32 == 0, when each block of its persistent grid takes at least 16 tiles of 32 rows
+  // (batch >= 64 at 32 heads on an H200), the state is staged through shared memory by bulk
+  // copies; bf16 states with d_k <= 128 are held packed in registers; otherwise no input prefetch
+  // and more rows per lane. Every token is applied whatever the hint says, and results are bit
+  // for bit the same.
   int max_seq_len = 0;
   // Optional cap on the staged decode variant's persistent grid (0: as many blocks as are resident
   // on the device at once; negative is an error). Fewer blocks take more tiles each.
@@ -76,9 +77,17 @@ struct GatedDeltaPoolArgs {
 // before any device work.
 void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream = nullptr);
 
-// Whether gated_delta_pool runs launch `a` on the staged decode variant (see max_seq_len), on the
-// current device. Throws statecheck::Error on a CUDA failure while asking the device.
-bool gated_delta_pool_uses_staged_decode(const GatedDeltaPoolArgs& a);
+// The kernels behind gated_delta_pool: staged_decode (fp32 decode through shared memory, bulk
+// copies), packed_bf16_decode (bf16 decode, rows packed in registers), rows8_decode and rows8
+// (d_k in {32, 64, 128, 256}: 8 lanes per state row, the former without input prefetch), general
+// (any d_k). All apply the same arithmetic in the same order.
+enum class GatedDeltaKernel { staged_decode, packed_bf16_decode, rows8_decode, rows8, general };
+
+// Which kernel gated_delta_pool runs launch `a` on, on the current device, for a launch that
+// passes gated_delta_pool's argument checks (this function does not repeat them). Throws
+// statecheck::Error on a CUDA failure while asking the device.
+GatedDeltaKernel gated_delta_pool_kernel(const GatedDeltaPoolArgs& a);
+const char* gated_delta_kernel_name(GatedDeltaKernel k);
 
 // Byte model of one launch (STYLE.md habit 11): state read + written once per sequence, plus
 // every token's q, k, v, g, beta read and o written. Flops: 6 d_k d_v per head and token.

@@ -31,6 +31,7 @@ struct Case {
   int max_seq_len = -1;      // the launch's hint; -1: 1 when every sequence has at most 1 token
   int max_blocks = 0;        // cap on the persistent decode grid (0: none)
   bool staged = false;       // the launch must run on the staged decode variant
+  bool packed = false;       // ... on the packed bf16 decode variant
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -84,7 +85,7 @@ struct Launch {
   std::vector<float> pool32;
   std::vector<uint16_t> pool16, o;  // o: 0xFFFF (bf16 NaN) where the kernel wrote nothing
   bool guards_intact = false;       // nothing written past the pool or the outputs
-  bool staged = false;              // gated_delta_pool_uses_staged_decode
+  GatedDeltaKernel kernel = GatedDeltaKernel::general;  // gated_delta_pool_kernel
 };
 
 Launch launch(const Case& c, const HostPoolBatch& b, int max_seq_len, int max_blocks,
@@ -107,7 +108,7 @@ Launch launch(const Case& c, const HostPoolBatch& b, int max_seq_len, int max_bl
   a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
   a.g = g.data(), a.beta = beta.data(), a.o = with_outputs ? o.data() : nullptr;
   Launch r;
-  r.staged = gated_delta_pool_uses_staged_decode(a);
+  r.kernel = gated_delta_pool_kernel(a);
   gated_delta_pool(a);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
   r.pool32 = pool32.download(), r.pool16 = pool16.download(), r.o = o.download();
@@ -127,7 +128,10 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
   const int longest = *std::max_element(c.lengths.begin(), c.lengths.end());
   const int hint = c.max_seq_len >= 0 ? c.max_seq_len : (longest <= 1 ? 1 : 0);
   const Launch run = launch(c, ref, hint, c.max_blocks, true);
-  EXPECT_EQ(run.staged, c.staged) << "the launch ran on the other decode variant";
+  EXPECT_EQ(run.kernel == GatedDeltaKernel::staged_decode, c.staged)
+      << "the launch ran on " << gated_delta_kernel_name(run.kernel);
+  EXPECT_EQ(run.kernel == GatedDeltaKernel::packed_bf16_decode, c.packed)
+      << "the launch ran on " << gated_delta_kernel_name(run.kernel);
   EXPECT_TRUE(run.guards_intact) << "write past the pool or the outputs";
 
   const std::vector<uint16_t> o_ref = gated_delta_pool_reference(ref);
@@ -217,7 +221,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gdn_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, PoolDtype::fp32, kVarlen},
         Case{"kda_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::kda, PoolDtype::fp32, kVarlen},
         Case{"gdn_bf16_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, PoolDtype::bf16, kVarlen},
-        Case{"kda_bf16_d128_decode", 4, 4, 128, 128, GateKind::kda, PoolDtype::bf16, kDecode8},
+        // bf16 decode: the packed variant, d_k 128 and 64, d_v not a multiple of its 64-row
+        // blocks, GVA, sequences without tokens, and a one-token hint the batch does not keep.
+        Case{"kda_bf16_d128_decode_packed", 4, 4, 128, 128, GateKind::kda, PoolDtype::bf16,
+             kDecode8, -1, 0, false, true},
+        Case{"gdn_bf16_dk128_dv40_HV3H_decode_gaps_packed", 2, 6, 128, 40, GateKind::gdn,
+             PoolDtype::bf16, kDecodeGaps, -1, 0, false, true},
+        Case{"kda_bf16_dk64_dv96_hint_1_longer_seqs_packed", 2, 4, 64, 96, GateKind::kda,
+             PoolDtype::bf16, kLongerThanHint, 1, 0, false, true},
+        Case{"gdn_bf16_d60_decode_general", 2, 6, 60, 60, GateKind::gdn, PoolDtype::bf16, kDecode8},
         Case{"gdn_fp32_d128_H4_HV8_varlen", 4, 8, 128, 128, GateKind::gdn, PoolDtype::fp32,
              kVarlen},
         Case{"kda_fp32_d128_varlen", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32, kVarlen},
@@ -255,8 +267,8 @@ TEST_F(GpuTest, StagedDecodeMatchesRowKernelBitForBit) {
     const Launch staged = launch(c, b, 1, 2, true);  // 96 tiles on 2 blocks
     const Launch rows = launch(c, b, 0, 0, true);
     const Launch staged_no_outputs = launch(c, b, 1, 2, false);
-    ASSERT_TRUE(staged.staged);
-    ASSERT_FALSE(rows.staged);
+    ASSERT_EQ(staged.kernel, GatedDeltaKernel::staged_decode);
+    ASSERT_EQ(rows.kernel, GatedDeltaKernel::rows8);
     EXPECT_FALSE(same_bits(staged.pool32, b.pool_fp32)) << "the launch changed no state";
     EXPECT_TRUE(same_bits(staged.pool32, rows.pool32));
     EXPECT_EQ(staged.o, rows.o);
@@ -265,6 +277,33 @@ TEST_F(GpuTest, StagedDecodeMatchesRowKernelBitForBit) {
                             [](uint16_t x) { return x == 0xFFFF; }));
     EXPECT_TRUE(staged.guards_intact && rows.guards_intact && staged_no_outputs.guards_intact);
   }
+}
+
+// The packed bf16 decode converts each state piece twice and rounds once, in token_step's order:
+// its pools and outputs are those of the row kernel (prefetching form, hint 0) bit for bit, on
+// one-token batches with gaps and on a batch longer than its one-token hint (the row-by-row
+// path), for d_k 128 and 64; without outputs it leaves them alone and updates the pool the same.
+TEST_F(GpuTest, PackedBf16DecodeMatchesRowKernelBitForBit) {
+  for (GateKind gate : {GateKind::gdn, GateKind::kda})
+    for (int dk : {128, 64})
+      for (const std::vector<int>* lengths : {&kDecodeGaps, &kLongerThanHint}) {
+        SCOPED_TRACE(::testing::Message() << (gate == GateKind::gdn ? "gdn" : "kda") << " d_k "
+                                          << dk << (lengths == &kDecodeGaps ? " gaps" : " longer"));
+        const Case c{"bits", 2, 6, dk, 72, gate, PoolDtype::bf16, *lengths};
+        const HostPoolBatch b = make_batch(c, 7);
+        const Launch packed = launch(c, b, 1, 0, true);
+        const Launch rows = launch(c, b, 0, 0, true);
+        const Launch packed_no_outputs = launch(c, b, 1, 0, false);
+        ASSERT_EQ(packed.kernel, GatedDeltaKernel::packed_bf16_decode);
+        ASSERT_EQ(rows.kernel, GatedDeltaKernel::rows8);
+        EXPECT_NE(packed.pool16, b.pool_bf16) << "the launch changed no state";
+        EXPECT_EQ(packed.pool16, rows.pool16);
+        EXPECT_EQ(packed.o, rows.o);
+        EXPECT_EQ(packed_no_outputs.pool16, packed.pool16);
+        EXPECT_TRUE(std::all_of(packed_no_outputs.o.begin(), packed_no_outputs.o.end(),
+                                [](uint16_t x) { return x == 0xFFFF; }));
+        EXPECT_TRUE(packed.guards_intact && rows.guards_intact && packed_no_outputs.guards_intact);
+      }
 }
 
 // Argument checks run before any device work, so these need no GPU (the pointers are never
