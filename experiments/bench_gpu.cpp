@@ -307,7 +307,7 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           Row r{fmt::format("{}_{}_{}_state_B{}{}", prefill ? "prefill" : "decode", sh.name,
                             pool_dtype_name(dt), B, prefill ? fmt::format("_T{}", T) : "")};
           r.set_times(timer.time([&](cudaStream_t s) { gated_delta_pool(a, s); }, repeats));
-          r.kernel = gated_delta_kernel_name(gated_delta_pool_kernel(a));
+          r.kernel = gated_delta_kernel_name(gated_delta_pool_variant(a));
           r.bytes = gated_delta_pool_bytes(a, static_cast<int64_t>(B) * T);
           r.flops = gated_delta_pool_flops(a, static_cast<int64_t>(B) * T);
           r.tokens = static_cast<double>(B) * T;

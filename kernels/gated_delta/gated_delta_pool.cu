@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_bf16.h>
@@ -53,6 +54,8 @@ __global__ void __launch_bounds__(kWarps * 32) gated_delta_pool_kernel(Params p)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = (blockIdx.z * kWarps + warp) * kRowsPerWarp;
   if (row0 >= p.dv) return;  // whole warp idle; the kernel uses no block-wide barrier
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  if (t0 >= t1) return;  // no token: the state is left as it is, bits and all (NaN payloads too)
   const int dk = p.dk, dv = p.dv;
   const int kh = h / (p.HV / p.H);
   const int slot = p.slot_ids[seq];
@@ -81,7 +84,6 @@ __global__ void __launch_bounds__(kWarps * 32) gated_delta_pool_kernel(Params p)
     }
   }
 
-  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
   for (int t = t0; t < t1; ++t) {
     float kk[NCOL], qq[NCOL], dec[NCOL];
     const __nv_bfloat16* qt = p.q + (static_cast<size_t>(t) * p.H + kh) * dk;
@@ -417,10 +419,7 @@ __device__ __forceinline__ void store_outputs(const Params& p, int t, int h, int
 // interleave). A block covers 4 warps x 4 RPL rows. Semantics as gated_delta_pool_kernel; with
 // PREFETCH the inputs of token t + 1 are loaded while token t is computed. Blocks per SM asked of
 // the compiler: 3 (a register cap of 168) where prefetch or 4 fp32 rows per lane need the
-// registers, else 4 (cap 128). bf16 states with 4 rows per lane take 4: KDA's per-channel gates
-// held 160 registers and 3 blocks per SM; capped at 128 (16 bytes spilled) its decode at batch
-// 256 went from 67.6% to 72.3% of the copy rate (results/gpu/..._run6/variants/
-// decode_min_blocks_per_sm.log); GDN's used 128 either way.
+// registers, else 4 (cap 128). A sequence without tokens is left as it is (no load, no store).
 template <int NCH, bool KDA, typename StateT, bool PREFETCH, int RPL>
 __global__ void __launch_bounds__(kWarps * 32,
                                   (PREFETCH || (RPL > 2 && sizeof(StateT) == 4)) ? 3 : 4)
@@ -432,6 +431,8 @@ __global__ void __launch_bounds__(kWarps * 32,
   const int sub = lane & 7;
   const int dk = NCH * 32, dv = p.dv;
   const int kh = h / (p.HV / p.H);
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  if (t0 >= t1) return;  // whole block: no token, the state is left as it is
   const int slot = p.slot_ids[seq];
   StateT* S = reinterpret_cast<StateT*>(p.pool) + (static_cast<size_t>(slot) * p.HV + h) * dv * dk;
   int rows[RPL];
@@ -445,9 +446,8 @@ __global__ void __launch_bounds__(kWarps * 32,
   float s[RPL][NCOL];
   load_lane_rows<NCH>(S, rows, row_ok, sub, s);
 
-  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
   TokenRegs<NCH, KDA, RPL> cur, nxt;
-  if (t0 < t1) load_token(p, t0, h, kh, sub, rows, row_ok, cur);
+  load_token(p, t0, h, kh, sub, rows, row_ok, cur);
   for (int t = t0; t < t1; ++t) {
     if constexpr (PREFETCH) {
       if (t + 1 < t1) load_token(p, t + 1, h, kh, sub, rows, row_ok, nxt);
@@ -465,16 +465,18 @@ __global__ void __launch_bounds__(kWarps * 32,
   store_lane_rows<NCH>(S, rows, row_ok, sub, s);
 }
 
-// Decode over bf16 states with d_k = 32 * NCH <= 128: the rows8 layout with 4 rows per lane
-// (64 rows per block of 4 warps), the rows held packed (8 bytes per 4 columns) and converted where
-// used (token_step_packed). The rows8 kernel holds them as fp32: with bf16 states a block then
-// has half the bytes in flight of an fp32 one for the same registers, and at batch 256 it reached
-// 79-80% (GDN) and 73% (KDA) of the copy rate against 82% and 82% for this kernel (H200,
-// results/gpu/2026-11-29_nvidia-h200_run8/variants/decode_bf16_packed_v*.log; variants with 2 or 8
-// rows per lane, more blocks per SM, or q and k staged in shared memory were slower). A
-// sequence without tokens is left untouched; one with more tokens than the one-token hint said is
-// run row by row in fp32 over all its tokens and rounded once at the end, as the rows8 kernel
-// does, so every hint gives the same bits.
+// Decode over bf16 states with d_k = 32 * NCH in {32, 64, 128}: the rows8 layout with 4 rows per
+// lane (64 rows per block of 4 warps), the rows held packed (8 bytes per 4 columns) and converted
+// where used (token_step_packed). The rows8 kernel holds them as fp32: with bf16 states a block
+// then has half the bytes in flight of an fp32 one for the same registers (4 rows per lane, 4
+// blocks per SM; KDA's per-channel gates needed a cap of 128 registers to get there, run 6
+// decode_min_blocks_per_sm.log), and at batch 256 it reached 79-80% (GDN) and 73% (KDA) of the
+// copy rate against 82-83% and 82% for this kernel (H200, results/gpu/2026-11-29_nvidia-h200_run8/
+// variants/decode_bf16_packed_v*.log; 2 or 8 rows per lane, 5-8 blocks per SM, q and k staged in
+// shared memory or held as bf16 too were slower or within 0.5 points). A sequence without tokens
+// is left as it is; one with more tokens than the one-token hint said is run row by row in fp32
+// over all its tokens and rounded once at the end, as the rows8 kernel does, so every hint gives
+// the same bits.
 template <int NCH, bool KDA>
 __global__ void __launch_bounds__(kWarps * 32, 4) gated_delta_decode_bf16_packed_kernel(Params p) {
   constexpr int RPL = kPackedRowsPerLane;
@@ -694,49 +696,45 @@ StagedPlan staged_decode_plan(const GatedDeltaPoolArgs& a) {
   return {static_cast<int>(grid), static_cast<int>(tiles)};
 }
 
-template <int NCH, bool PREFETCH, int RPL>
+template <int NCH, bool PREFETCH, int RPL, typename StateT>
 void launch_rows8_variant(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
   const int rows_per_block = kWarps * 4 * RPL;
   const dim3 grid(a.num_seqs, a.HV, (a.dv + rows_per_block - 1) / rows_per_block);
   const dim3 block(kWarps * 32);
-  const bool kda = a.gate == GateKind::kda;
-  const bool f32 = a.state_dtype == PoolDtype::fp32;
-  if (kda && f32)
-    gated_delta_pool_rows8_kernel<NCH, true, float, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
-  else if (kda)
-    gated_delta_pool_rows8_kernel<NCH, true, __nv_bfloat16, PREFETCH, RPL>
-        <<<grid, block, 0, stream>>>(p);
-  else if (f32)
-    gated_delta_pool_rows8_kernel<NCH, false, float, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
+  if (a.gate == GateKind::kda)
+    gated_delta_pool_rows8_kernel<NCH, true, StateT, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
   else
-    gated_delta_pool_rows8_kernel<NCH, false, __nv_bfloat16, PREFETCH, RPL>
-        <<<grid, block, 0, stream>>>(p);
+    gated_delta_pool_rows8_kernel<NCH, false, StateT, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
 }
 
-// Decode launches (every sequence one token, max_seq_len == 1) of bf16 states with d_k <= 128
-// take the packed kernel; other decode launches the rows8 variant without the one-token-ahead
-// input registers and with 4 rows per lane (64 rows per block: more loads in flight per thread,
-// half the blocks), or 2 for d_k = 256; longer sequences prefetch inputs with 2 rows per lane.
+// Decode launches (max_seq_len == 1) of bf16 states with d_k <= 128 take the packed kernel;
+// other decode launches the rows8 variant without the one-token-ahead input registers and with 4
+// rows per lane (64 rows per block: more loads in flight per thread, half the blocks), or 2 for
+// d_k = 256; longer sequences prefetch inputs with 2 rows per lane.
+template <int NCH, typename StateT>
+void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
+  if (a.max_seq_len != 1) {
+    launch_rows8_variant<NCH, true, 2, StateT>(a, p, stream);
+  } else if constexpr (NCH > 4) {
+    launch_rows8_variant<NCH, false, 2, StateT>(a, p, stream);
+  } else if constexpr (std::is_same_v<StateT, float>) {
+    launch_rows8_variant<NCH, false, 4, float>(a, p, stream);
+  } else {
+    const int rows_per_block = kWarps * 4 * kPackedRowsPerLane;
+    const dim3 grid(a.num_seqs, a.HV, (a.dv + rows_per_block - 1) / rows_per_block);
+    if (a.gate == GateKind::kda)
+      gated_delta_decode_bf16_packed_kernel<NCH, true><<<grid, kWarps * 32, 0, stream>>>(p);
+    else
+      gated_delta_decode_bf16_packed_kernel<NCH, false><<<grid, kWarps * 32, 0, stream>>>(p);
+  }
+}
+
 template <int NCH>
 void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
-  if (a.max_seq_len == 1) {
-    if constexpr (NCH <= 4) {
-      if (a.state_dtype == PoolDtype::bf16) {
-        const int rows_per_block = kWarps * 4 * kPackedRowsPerLane;
-        const dim3 grid(a.num_seqs, a.HV, (a.dv + rows_per_block - 1) / rows_per_block);
-        if (a.gate == GateKind::kda)
-          gated_delta_decode_bf16_packed_kernel<NCH, true><<<grid, kWarps * 32, 0, stream>>>(p);
-        else
-          gated_delta_decode_bf16_packed_kernel<NCH, false><<<grid, kWarps * 32, 0, stream>>>(p);
-        return;
-      }
-      launch_rows8_variant<NCH, false, 4>(a, p, stream);
-    } else {
-      launch_rows8_variant<NCH, false, 2>(a, p, stream);
-    }
-  } else {
-    launch_rows8_variant<NCH, true, 2>(a, p, stream);
-  }
+  if (a.state_dtype == PoolDtype::fp32)
+    launch_rows8<NCH, float>(a, p, stream);
+  else
+    launch_rows8<NCH, __nv_bfloat16>(a, p, stream);
 }
 
 template <int VEC, int NCHUNK>
@@ -818,10 +816,10 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
     launch_shape<1, 4>(a, p, stream);
   else
     launch_shape<1, 8>(a, p, stream);
-  STATECHECK_CUDA_CHECK_LAUNCH("gated_delta_pool_kernel");
+  STATECHECK_CUDA_CHECK_LAUNCH("gated_delta_pool");
 }
 
-GatedDeltaKernel gated_delta_pool_kernel(const GatedDeltaPoolArgs& a) {
+GatedDeltaKernel gated_delta_pool_variant(const GatedDeltaPoolArgs& a) {
   if (staged_decode_plan(a).grid > 0) return GatedDeltaKernel::staged_decode;
   const bool rows8 = a.dk == 32 || a.dk == 64 || a.dk == 128 || a.dk == 256;
   if (!rows8) return GatedDeltaKernel::general;

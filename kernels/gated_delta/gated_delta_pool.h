@@ -59,12 +59,12 @@ struct GatedDeltaPoolArgs {
   const float* beta = nullptr;
   uint16_t* o = nullptr;
   // Optional hint: the longest sequence of the launch in tokens (0: unknown). 1 selects a decode
-  // variant of the kernel (gated_delta_pool_kernel): for fp32 states with d_k = 128 and
+  // variant of the kernel (gated_delta_pool_variant): for fp32 states with d_k = 128 and
   // d_v % 32 == 0, when each block of its persistent grid takes at least 16 tiles of 32 rows
   // (batch >= 64 at 32 heads on an H200), the state is staged through shared memory by bulk
-  // copies; bf16 states with d_k <= 128 are held packed in registers; otherwise no input prefetch
-  // and more rows per lane. Every token is applied whatever the hint says, and results are bit
-  // for bit the same.
+  // copies; bf16 states with d_k in {32, 64, 128} are held packed in registers; otherwise no input
+  // prefetch and more rows per lane. Every token is applied whatever the hint says, and results
+  // are bit for bit the same.
   int max_seq_len = 0;
   // Optional cap on the staged decode variant's persistent grid (0: as many blocks as are resident
   // on the device at once; negative is an error). Fewer blocks take more tiles each.
@@ -80,13 +80,17 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream = nullptr
 // The kernels behind gated_delta_pool: staged_decode (fp32 decode through shared memory, bulk
 // copies), packed_bf16_decode (bf16 decode, rows packed in registers), rows8_decode and rows8
 // (d_k in {32, 64, 128, 256}: 8 lanes per state row, the former without input prefetch), general
-// (any d_k). All apply the same arithmetic in the same order.
+// (any other d_k: a warp per 8 rows, warp-wide sums). The first four apply the same roundings in
+// the same order, so the max_seq_len hint, which only moves a launch among them, never changes a
+// bit; general agrees with them within the reference tolerance. Every kernel leaves the state of
+// a sequence without tokens as it is, bit for bit.
 enum class GatedDeltaKernel { staged_decode, packed_bf16_decode, rows8_decode, rows8, general };
 
 // Which kernel gated_delta_pool runs launch `a` on, on the current device, for a launch that
-// passes gated_delta_pool's argument checks (this function does not repeat them). Throws
-// statecheck::Error on a CUDA failure while asking the device.
-GatedDeltaKernel gated_delta_pool_kernel(const GatedDeltaPoolArgs& a);
+// passes gated_delta_pool's argument checks (this function does not repeat them); with
+// num_seqs == 0 nothing is launched and the answer is the kernel a non-empty launch of the same
+// shape would take. Throws statecheck::Error on a CUDA failure while asking the device.
+GatedDeltaKernel gated_delta_pool_variant(const GatedDeltaPoolArgs& a);
 const char* gated_delta_kernel_name(GatedDeltaKernel k);
 
 // Byte model of one launch (STYLE.md habit 11): state read + written once per sequence, plus

@@ -32,6 +32,7 @@ struct Case {
   int max_blocks = 0;        // cap on the persistent decode grid (0: none)
   bool staged = false;       // the launch must run on the staged decode variant
   bool packed = false;       // ... on the packed bf16 decode variant
+  bool qk_l2norm = true;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -42,6 +43,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 HostPoolBatch make_batch(const Case& c, uint64_t seed) {
   HostPoolBatch b;
   b.H = c.H, b.HV = c.HV, b.dk = c.dk, b.dv = c.dv, b.gate = c.gate, b.state_dtype = c.dtype;
+  b.qk_l2norm = c.qk_l2norm;
   const int slots = 12;
   const size_t n = static_cast<size_t>(slots) * c.HV * c.dv * c.dk;
   Rng rng(seed);
@@ -85,7 +87,7 @@ struct Launch {
   std::vector<float> pool32;
   std::vector<uint16_t> pool16, o;  // o: 0xFFFF (bf16 NaN) where the kernel wrote nothing
   bool guards_intact = false;       // nothing written past the pool or the outputs
-  GatedDeltaKernel kernel = GatedDeltaKernel::general;  // gated_delta_pool_kernel
+  GatedDeltaKernel kernel = GatedDeltaKernel::general;  // gated_delta_pool_variant
 };
 
 Launch launch(const Case& c, const HostPoolBatch& b, int max_seq_len, int max_blocks,
@@ -102,13 +104,14 @@ Launch launch(const Case& c, const HostPoolBatch& b, int max_seq_len, int max_bl
   a.num_seqs = static_cast<int>(b.slot_ids.size());
   a.max_seq_len = max_seq_len, a.max_blocks = max_blocks;
   a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
+  a.qk_l2norm = c.qk_l2norm;
   a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data())
                                             : static_cast<void*>(pool16.data());
   a.pool_slots = 12;
   a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
   a.g = g.data(), a.beta = beta.data(), a.o = with_outputs ? o.data() : nullptr;
   Launch r;
-  r.kernel = gated_delta_pool_kernel(a);
+  r.kernel = gated_delta_pool_variant(a);
   gated_delta_pool(a);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
   r.pool32 = pool32.download(), r.pool16 = pool16.download(), r.o = o.download();
@@ -174,6 +177,16 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
         continue;
       }
       const int t0 = ref.cu_seqlens[n], len = ref.cu_seqlens[n + 1] - t0;
+      if (len == 0) {  // a sequence without tokens keeps its state bit for bit
+        const bool same =
+            c.dtype == PoolDtype::fp32
+                ? std::memcmp(&got.pool_fp32[base], &before.pool_fp32[base], head * 4) == 0
+                : std::equal(got.pool_bf16.begin() + base, got.pool_bf16.begin() + base + head,
+                             before.pool_bf16.begin() + base);
+        ASSERT_TRUE(same) << "slot " << slot << " (a sequence without tokens) changed at head "
+                          << h;
+        continue;
+      }
       double s0 = 0, vmax = 0;
       for (size_t e = 0; e < head; ++e)
         s0 += double(as_float(before, base + e)) * as_float(before, base + e);
@@ -213,6 +226,8 @@ const std::vector<int> kVarlen = {63, 1, 17, 40};
 const std::vector<int> kDecodeGaps = {1, 0, 1, 1, 1, 0, 1, 1};
 // Sequences longer than a one-token hint says.
 const std::vector<int> kLongerThanHint = {1, 3, 0, 2, 1};
+// Decode whose last sequence has no token (its start is the end of the token arrays).
+const std::vector<int> kDecodeTrailingGap = {1, 1, 0, 1, 0};
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GatedDeltaPool,
@@ -229,7 +244,10 @@ INSTANTIATE_TEST_SUITE_P(
              PoolDtype::bf16, kDecodeGaps, -1, 0, false, true},
         Case{"kda_bf16_dk64_dv96_hint_1_longer_seqs_packed", 2, 4, 64, 96, GateKind::kda,
              PoolDtype::bf16, kLongerThanHint, 1, 0, false, true},
-        Case{"gdn_bf16_d60_decode_general", 2, 6, 60, 60, GateKind::gdn, PoolDtype::bf16, kDecode8},
+        Case{"gdn_bf16_dk32_dv64_trailing_gap_packed", 1, 2, 32, 64, GateKind::gdn, PoolDtype::bf16,
+             kDecodeTrailingGap, -1, 0, false, true},
+        Case{"gdn_bf16_d60_decode_gaps_general", 2, 6, 60, 60, GateKind::gdn, PoolDtype::bf16,
+             kDecodeGaps},
         Case{"gdn_fp32_d128_H4_HV8_varlen", 4, 8, 128, 128, GateKind::gdn, PoolDtype::fp32,
              kVarlen},
         Case{"kda_fp32_d128_varlen", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32, kVarlen},
@@ -281,29 +299,35 @@ TEST_F(GpuTest, StagedDecodeMatchesRowKernelBitForBit) {
 
 // The packed bf16 decode converts each state piece twice and rounds once, in token_step's order:
 // its pools and outputs are those of the row kernel (prefetching form, hint 0) bit for bit, on
-// one-token batches with gaps and on a batch longer than its one-token hint (the row-by-row
-// path), for d_k 128 and 64; without outputs it leaves them alone and updates the pool the same.
+// one-token batches with gaps (one of them last) and on a batch longer than its one-token hint
+// (the row-by-row path), for d_k 128, 64 and 32, with and without the q/k L2 norm; without
+// outputs it leaves them alone and updates the pool the same.
 TEST_F(GpuTest, PackedBf16DecodeMatchesRowKernelBitForBit) {
   for (GateKind gate : {GateKind::gdn, GateKind::kda})
-    for (int dk : {128, 64})
-      for (const std::vector<int>* lengths : {&kDecodeGaps, &kLongerThanHint}) {
-        SCOPED_TRACE(::testing::Message() << (gate == GateKind::gdn ? "gdn" : "kda") << " d_k "
-                                          << dk << (lengths == &kDecodeGaps ? " gaps" : " longer"));
-        const Case c{"bits", 2, 6, dk, 72, gate, PoolDtype::bf16, *lengths};
-        const HostPoolBatch b = make_batch(c, 7);
-        const Launch packed = launch(c, b, 1, 0, true);
-        const Launch rows = launch(c, b, 0, 0, true);
-        const Launch packed_no_outputs = launch(c, b, 1, 0, false);
-        ASSERT_EQ(packed.kernel, GatedDeltaKernel::packed_bf16_decode);
-        ASSERT_EQ(rows.kernel, GatedDeltaKernel::rows8);
-        EXPECT_NE(packed.pool16, b.pool_bf16) << "the launch changed no state";
-        EXPECT_EQ(packed.pool16, rows.pool16);
-        EXPECT_EQ(packed.o, rows.o);
-        EXPECT_EQ(packed_no_outputs.pool16, packed.pool16);
-        EXPECT_TRUE(std::all_of(packed_no_outputs.o.begin(), packed_no_outputs.o.end(),
-                                [](uint16_t x) { return x == 0xFFFF; }));
-        EXPECT_TRUE(packed.guards_intact && rows.guards_intact && packed_no_outputs.guards_intact);
-      }
+    for (int dk : {128, 64, 32})
+      for (const std::vector<int>* lengths : {&kDecodeGaps, &kDecodeTrailingGap, &kLongerThanHint})
+        for (bool l2norm : {true, false}) {
+          SCOPED_TRACE(::testing::Message()
+                       << (gate == GateKind::gdn ? "gdn" : "kda") << " d_k " << dk
+                       << (lengths == &kLongerThanHint ? " longer" : " gaps") << " l2norm "
+                       << l2norm);
+          Case c{"bits", 2, 6, dk, 72, gate, PoolDtype::bf16, *lengths};
+          c.qk_l2norm = l2norm;
+          const HostPoolBatch b = make_batch(c, 7);
+          const Launch packed = launch(c, b, 1, 0, true);
+          const Launch rows = launch(c, b, 0, 0, true);
+          const Launch packed_no_outputs = launch(c, b, 1, 0, false);
+          ASSERT_EQ(packed.kernel, GatedDeltaKernel::packed_bf16_decode);
+          ASSERT_EQ(rows.kernel, GatedDeltaKernel::rows8);
+          EXPECT_NE(packed.pool16, b.pool_bf16) << "the launch changed no state";
+          EXPECT_EQ(packed.pool16, rows.pool16);
+          EXPECT_EQ(packed.o, rows.o);
+          EXPECT_EQ(packed_no_outputs.pool16, packed.pool16);
+          EXPECT_TRUE(std::all_of(packed_no_outputs.o.begin(), packed_no_outputs.o.end(),
+                                  [](uint16_t x) { return x == 0xFFFF; }));
+          EXPECT_TRUE(packed.guards_intact && rows.guards_intact &&
+                      packed_no_outputs.guards_intact);
+        }
 }
 
 // Argument checks run before any device work, so these need no GPU (the pointers are never
