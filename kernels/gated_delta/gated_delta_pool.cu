@@ -265,12 +265,12 @@ __device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, 
 }
 
 // bf16 state rows held packed in registers: four bf16 values per uint2 (two per word, the lower
-// column in the low half). bf16 -> fp32 is exact (the bits moved up 16 places). Two spellings of
-// the conversion, by shifts and masks and by byte permutes, because ptxas merges identical
-// instructions: the packed decode converts each piece once for u = S k and again for the write,
-// and with one spelling ptxas keeps the first conversion's fp32 values live across the reduction
-// in between, which doubles the registers it was meant to save (volatile, so that neither is
-// merged nor moved by the compiler above ptxas).
+// column in the low half). bf16 -> fp32 is exact (the bits moved up 16 places). The packed decode
+// converts each piece once for u = S k and again for the write; the two conversions are spelled
+// differently (shifts and masks, byte permutes) and volatile, so that no compiler pass can merge
+// them into one whose fp32 values stay live across the reduction in between, which would take
+// back the registers the packing saves. A precaution: at 4 rows per lane the kernel timed the
+// same with one spelling (results/gpu/2026-11-29_nvidia-h200_run8/variants/, v1 against v2).
 __device__ __forceinline__ void unpack_bf16x4(uint2 raw, float* s) {
   uint32_t lo0, hi0, lo1, hi1;
   asm volatile("shl.b32 %0, %1, 16;" : "=r"(lo0) : "r"(raw.x));
@@ -473,7 +473,8 @@ __global__ void __launch_bounds__(kWarps * 32,
 // decode_min_blocks_per_sm.log), and at batch 256 it reached 79-80% (GDN) and 73% (KDA) of the
 // copy rate against 82-83% and 82% for this kernel (H200, results/gpu/2026-11-29_nvidia-h200_run8/
 // variants/decode_bf16_packed_v*.log; 2 or 8 rows per lane, 5-8 blocks per SM, q and k staged in
-// shared memory or held as bf16 too were slower or within 0.5 points). A sequence without tokens
+// shared memory or held as bf16 too were slower or at most 0.7 points ahead). A sequence without
+// tokens
 // is left as it is; one with more tokens than the one-token hint said is run row by row in fp32
 // over all its tokens and rounded once at the end, as the rows8 kernel does, so every hint gives
 // the same bits.
