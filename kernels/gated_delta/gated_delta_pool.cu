@@ -474,10 +474,9 @@ __global__ void __launch_bounds__(kWarps * 32,
 // copy rate against 82-83% and 82% for this kernel (H200, results/gpu/2026-11-29_nvidia-h200_run8/
 // variants/decode_bf16_packed_v*.log; 2 or 8 rows per lane, 5-8 blocks per SM, q and k staged in
 // shared memory or held as bf16 too were slower or at most 0.7 points ahead). A sequence without
-// tokens
-// is left as it is; one with more tokens than the one-token hint said is run row by row in fp32
-// over all its tokens and rounded once at the end, as the rows8 kernel does, so every hint gives
-// the same bits.
+// tokens is left as it is; one with more tokens than the one-token hint said is run row by row in
+// fp32 over all its tokens and rounded once at the end, as the rows8 kernel does, so every hint
+// gives the same bits.
 template <int NCH, bool KDA>
 __global__ void __launch_bounds__(kWarps * 32, 4) gated_delta_decode_bf16_packed_kernel(Params p) {
   constexpr int RPL = kPackedRowsPerLane;
