@@ -180,8 +180,10 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   for (int n : ns)
     if (T % n != 0) fail("chain: T = {} tokens is not divisible by n = {} checkpoints", T, n);
   const int L_all = m.linear_layer_count();
-  const int L =
-      o.chain_layers > 0 ? std::min(o.chain_layers, L_all) : (o.quick ? std::min(2, L_all) : L_all);
+  if (o.chain_layers > L_all)
+    fail("--chain-layers {}: model {} has {} linear-attention layers", o.chain_layers, m.name,
+         L_all);
+  const int L = o.chain_layers > 0 ? o.chain_layers : (o.quick ? std::min(2, L_all) : L_all);
   const int HV = shape.HV, dv = shape.dv, dk = shape.dk;
   const size_t head = static_cast<size_t>(dv) * dk;
   const int variants = 2;  // 0: the drive as is; 1: ablation without contraction

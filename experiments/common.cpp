@@ -1,7 +1,9 @@
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -33,6 +35,44 @@ std::string Options::out_path() const {
 
 ModelConfig options_model(const Options& o) {
   return load_model(o.model, o.tp);
+}
+
+uint64_t parse_seed(const std::string& text) {
+  uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto r = std::from_chars(text.data(), end, v);
+  if (text.empty() || text[0] < '0' || text[0] > '9' || r.ec != std::errc() || r.ptr != end)
+    fail("--seed must be an integer in [0, 2^64), got '{}'", text);
+  return v;
+}
+
+std::vector<InputPath> run_inputs(const Options& o) {
+  std::vector<InputPath> in;
+  if (!o.states.empty()) in.push_back({"--states", o.states});
+  if (!o.trace.empty()) in.push_back({"--trace", o.trace});
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(o.model, ec)) in.push_back({"--model", o.model});
+  return in;
+}
+
+void check_run_outputs(const Options& o, const std::vector<std::string>& outs) {
+  const std::vector<InputPath> inputs = run_inputs(o);
+  for (const std::string& out : outs) check_output_file("--out", out, inputs);
+  if (o.summary.empty()) return;
+  std::vector<InputPath> not_these = inputs;
+  for (const std::string& out : outs) not_these.push_back({"--out", out});
+  check_output_file("--summary", o.summary, not_these);
+  std::error_code ec;
+  const auto summary = std::filesystem::weakly_canonical(o.summary, ec);
+  for (const std::string& out : outs) {
+    std::error_code eo;
+    if (!ec && std::filesystem::weakly_canonical(out, eo) == summary && !eo)
+      fail("--summary {}: is the result file {} too; give them different paths", o.summary, out);
+  }
+}
+
+void check_drive_option(const Options& o, const ModelConfig& m) {
+  if (!o.drive.empty()) check_drive_matches_model(parse_drive(o.drive, o.states), m);
 }
 
 std::string thresholds_path() {
@@ -110,7 +150,11 @@ void validate_options(const Options& o) {
     fail("--temporal-dtype must be fp32 or bf16, got '{}'", o.temporal_dtype);
   if (!o.scale_dtype.empty()) parse_scale_dtype(o.scale_dtype);
   if (o.conv_dtype != "bf16") fail("--conv-dtype must be bf16, got '{}'", o.conv_dtype);
-  parse_codec(o.codec, parse_scale_dtype(o.scale_dtype_or_default()));
+  const Codec chain_codec = parse_codec(o.codec, parse_scale_dtype(o.scale_dtype_or_default()));
+  if (!o.scale_dtype.empty() && chain_codec.has_scales() &&
+      chain_codec.scale_dtype != parse_scale_dtype(o.scale_dtype))
+    fail("--codec {} names a {} scale but --scale-dtype is {}; give one of them", o.codec,
+         scale_dtype_name(chain_codec.scale_dtype), o.scale_dtype);
   if (o.chunk_granularity < 1 || o.chunk_granularity > kMaxTokens)
     fail("--chunk-granularity must be in [1, {}], got {}", kMaxTokens, o.chunk_granularity);
   // Each chunk re-inserts the request's prefix into the tree (as the engine does), so the work of a
@@ -127,6 +171,8 @@ void validate_options(const Options& o) {
     parse_drive(o.drive, o.states);
   else if (!o.states.empty())
     fail("--states {} is given without --drive states", o.states);
+  if (!o.states.empty()) check_input_file("--states", o.states);
+  if (!o.trace.empty()) check_input_file("--trace", o.trace);
 }
 
 void check_device(const Options& o) {
@@ -156,17 +202,21 @@ int run_experiment(const Options& o) {
   if (it == reg.end()) fail("unknown experiment '{}'", o.experiment);
   require_cuda_if_asked(o, *it);
   const ModelConfig model = options_model(o);
+  check_drive_option(o, model);
+  check_run_outputs(o, {o.out_path()});
   H5Writer file(o.out_path());
   RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
   file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
   file.attr("/", "tp", static_cast<int64_t>(model.tp));
   Summary summary;
   it->run(o, model, file, summary);
-  file.commit();
+  file.close();
   print_summary(summary, o.experiment);
   auto rows = load_thresholds(thresholds_path());
   print_threshold_table(summary, rows);
+  // The summary first: if it cannot be written, the result file is not moved into place either.
   if (!o.summary.empty()) write_summary_json(o.summary, summary, &rows);
+  file.commit();
   fmt::print("\nwrote {}{}\n", file.path(), o.summary.empty() ? "" : " and " + o.summary);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/io/hdf5_file.h"
+#include "core/io/paths.h"
 #include "core/io/summary.h"
 #include "core/model/model_config.h"
 
@@ -61,8 +62,24 @@ struct Options {
   std::string out_path() const;  // out, or results/<experiment>.h5
 };
 
+// --seed's value: decimal digits only, below 2^64 (a leading '-' would wrap around in an unsigned
+// parse). Throws statecheck::Error quoting the text otherwise.
+uint64_t parse_seed(const std::string& text);
+
 // Resolves the model named by the options (name or path, TP).
 ModelConfig options_model(const Options& o);
+
+// The files a run reads: --states, --trace and --model when it names a file.
+std::vector<InputPath> run_inputs(const Options& o);
+
+// Refuses, before any work, result paths that would destroy something (check_output_file): the
+// result file `out` and the summary JSON (if any) must not be directories, devices or FIFOs, nor
+// one of the run's inputs, nor each other. Throws statecheck::Error naming the option and path.
+void check_run_outputs(const Options& o, const std::vector<std::string>& outs);
+
+// Refuses a --drive whose gate kind does not match the model (check_drive_matches_model), for
+// every experiment, including those that do not read the drive.
+void check_drive_option(const Options& o, const ModelConfig& m);
 
 using ExperimentFn = std::function<void(const Options&, const ModelConfig&, H5Writer&, Summary&)>;
 

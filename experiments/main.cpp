@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   // Line-buffered output: progress and partial results reach a log even if the run is killed.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Options o;
+  std::string seed_text;
   std::string cmdline;
   for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
   o.command_line = cmdline;
@@ -47,8 +48,8 @@ int main(int argc, char** argv) {
                                                    "shipped model name or path to a config .json")(
       "tp", po::value(&o.tp)->default_value(0),
       "tensor-parallel degree (0: the model's default_tp)")(
-      "seed", po::value(&o.seed)->default_value(0),
-      "seed of every random draw (logged in results)")(
+      "seed", po::value(&seed_text)->default_value("0"),
+      "seed of every random draw, an integer in [0, 2^64) (logged in results)")(
       "device", po::value(&o.device)->default_value("cpu"),
       "cpu | cuda (CUDA paths next to the CPU reference)")(
       "drive", po::value(&o.drive),
@@ -107,8 +108,16 @@ int main(int argc, char** argv) {
 
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    // No abbreviations: "--ou x" is an unknown option, not --out.
+    po::store(
+        po::command_line_parser(argc, argv)
+            .options(all)
+            .positional(pos)
+            .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+            .run(),
+        vm);
     po::notify(vm);
+    o.seed = statecheck::parse_seed(seed_text);
     if (vm.count("help")) {
       std::cout << usage_header() << "\n"
                 << common << "\n"

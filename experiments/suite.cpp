@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -65,9 +67,28 @@ void make_plots(const std::string& dir) {
 
 int run_suite(const Options& base) {
   const std::string dir = base.out.empty() ? "results" : base.out;
-  std::filesystem::create_directories(dir);
+  {
+    std::error_code ec;
+    if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+      fail("--out {}: suite writes a directory of results, and this is a file", dir);
+  }
   const std::string summary_path = base.summary.empty() ? dir + "/summary.json" : base.summary;
   const ModelConfig model = options_model(base);
+  check_drive_option(base, model);
+  {
+    // Every file the suite will write, checked before any work (check_run_outputs).
+    Options o = base;
+    o.summary = summary_path;
+    std::vector<std::string> outs;
+    for (const auto& e : experiment_registry())
+      if (e.in_suite) outs.push_back(dir + "/" + e.name + ".h5");
+    check_run_outputs(o, outs);
+  }
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail("--out {}: cannot create the result directory ({})", dir, ec.message());
+  }
   Summary all;
   fmt::print("suite: model {} at TP {}, {} protocol, results in {}/\n", model.name, model.tp,
              base.quick ? "quick" : "full", dir);
@@ -76,6 +97,9 @@ int run_suite(const Options& base) {
     for (const auto& e : experiment_registry())
       if (e.in_suite && e.cuda_path) require_cuda_if_asked(base, e);
   }
+  // Each experiment's file is closed when it is done and all are moved into place only after the
+  // last one and the summary succeed: a failing experiment leaves every earlier result untouched.
+  std::vector<std::unique_ptr<H5Writer>> files;
   for (const auto& e : experiment_registry()) {
     if (!e.in_suite) continue;
     Options o = base;
@@ -83,13 +107,14 @@ int run_suite(const Options& base) {
     o.experiment = e.name;
     o.out = dir + "/" + e.name + ".h5";
     fmt::print("\n==== {} : {}\n", e.name, e.description);
-    H5Writer file(o.out);
+    files.push_back(std::make_unique<H5Writer>(o.out));
+    H5Writer& file = *files.back();
     RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
     file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
     file.attr("/", "tp", static_cast<int64_t>(model.tp));
     Summary s;
     e.run(o, model, file, s);
-    file.commit();
+    file.close();
     for (const auto& [k, v] : s.values()) fmt::print("  {:<56} {:.6g}\n", k, v);
     all.merge(s);
   }
@@ -99,6 +124,7 @@ int run_suite(const Options& base) {
   for (const auto& r : rows) skipped += r.present ? 0 : 1;
   if (skipped) fmt::print("  ({} limits not measured by this build or protocol)\n", skipped);
   write_summary_json(summary_path, all, &rows);
+  for (auto& f : files) f->commit();
   fmt::print("\nwrote {}/*.h5 and {}\n", dir, summary_path);
   make_plots(dir);
   if (failures > 0) {

@@ -2,10 +2,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+
+#include <sys/stat.h>
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include "core/io/hdf5_file.h"
+#include "core/io/paths.h"
 #include "core/io/safetensors.h"
 #include "core/io/states_file.h"
 #include "core/io/summary.h"
@@ -99,6 +104,29 @@ TEST(Safetensors, GarbageHeaderAndUnsupportedDtype) {
   EXPECT_NE(error_of([&] { read_safetensors(path); }).find("dtype I8"), std::string::npos);
 }
 
+// Header values that would be misreported by an unsigned or fp32 conversion are named as written.
+TEST(Safetensors, NegativeOffsetsAndOutOfRangeF64AreNamed) {
+  const std::string path = temp_path("neg.safetensors");
+  auto write = [&](const std::string& h, const std::string& data) {
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t n = h.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << h << data;
+  };
+  write(R"({"state":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", "abcd");
+  EXPECT_NE(error_of([&] {
+              read_safetensors(path);
+            }).find("data_offsets [-4,0] must be non-negative byte offsets"),
+            std::string::npos);
+  const double big[2] = {1.0, 1e300};
+  write(R"({"state":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})",
+        std::string(reinterpret_cast<const char*>(big), 16));
+  EXPECT_NE(error_of([&] {
+              read_safetensors(path);
+            }).find("F64 value 1e+300 at flat index 1 is outside the fp32 range"),
+            std::string::npos);
+}
+
 TEST(StatesFile, ShapeChecksAgainstTheModel) {
   const ModelConfig m = load_model("qwen3.5-35b-a3b", 4);  // 30 layers, 8 heads, 128 x 128
   const std::string good = temp_path("good.safetensors");
@@ -173,6 +201,38 @@ TEST(Hdf5, StatesFileFromHdf5) {
   EXPECT_THROW(read_states_file(path, m), Error);
 }
 
+// A dataset declared but never written would read back as fill values; one holding F64 values
+// beyond the fp32 range would read back as inf and be reported as non-finite. Both are named.
+TEST(Hdf5, UnwrittenDatasetAndOutOfRangeF64AreNamed) {
+  const std::string path = temp_path("unwritten.h5");
+  {
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[2] = {1u << 20, 16};
+    const hid_t space = H5Screate_simple(2, dims, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_LATE);
+    const hid_t ds = H5Dcreate2(f, "state", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  EXPECT_NE(error_of([&] {
+              read_hdf5_array(path);
+            }).find("dataset 'state' declares 16777216 elements but its data were never written"),
+            std::string::npos);
+  {
+    H5Writer w(path);
+    w.write("state", std::vector<double>{1.0, -1e300}, {2}, "1", "out of the fp32 range");
+    w.commit();
+  }
+  EXPECT_NE(error_of([&] {
+              read_hdf5_array(path);
+            }).find("F64 value -1e+300 at flat index 1 is outside the fp32 range"),
+            std::string::npos);
+}
+
 TEST(Summary, ThresholdsPassFailAndSkip) {
   const std::string path = temp_path("thr.json");
   {
@@ -197,4 +257,66 @@ TEST(Summary, ThresholdsPassFailAndSkip) {
   s.set("a", std::nan(""));
   check_thresholds(s, rows);
   EXPECT_FALSE(rows[0].pass);
+}
+
+// Output paths that would destroy something are refused before anything is written; inputs must
+// be regular files (a FIFO would block the run).
+TEST(Paths, OutputsThatWouldDestroySomethingAreRefused) {
+  const std::string dir = temp_path("paths");
+  fs::create_directories(dir);
+  const std::string fifo = dir + "/fifo", input = dir + "/states.safetensors",
+                    plain = dir + "/plain";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(input) << "x";
+  std::ofstream(plain) << "x";
+  const std::vector<InputPath> inputs = {{"--states", input}};
+  EXPECT_NE(error_of([&] {
+              check_output_file("--out", fifo, inputs);
+            }).find("--out " + fifo + ": exists and is not a regular file"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              check_output_file("--out", dir, inputs);
+            }).find("--out " + dir + ": is a directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              check_output_file("--out", dir + "/./states.safetensors", inputs);
+            }).find("is the same file as --states " + input),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              check_output_file("--out", plain + "/x.h5", inputs);
+            }).find(plain + " is not a directory"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { check_output_file("--out", plain, inputs); }), "");
+  EXPECT_EQ(error_of([&] { check_output_file("--out", dir + "/new/x.h5", inputs); }), "");
+  // The result writer refuses the FIFO itself, before creating anything.
+  EXPECT_NE(error_of([&] { H5Writer w(fifo); }).find("not a regular file"), std::string::npos);
+  EXPECT_FALSE(fs::exists(fifo + ".partial"));
+  EXPECT_TRUE(fs::is_fifo(fifo));
+
+  EXPECT_NE(error_of([&] {
+              check_input_file("--trace", fifo);
+            }).find("--trace " + fifo + ": not a regular file"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_input_file("--trace", dir); }).find("is a directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_input_file("--trace", dir + "/none"); }).find("no such file"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { check_input_file("--trace", input); }), "");
+}
+
+TEST(Paths, AtomicWriteReplacesWholeFilesOnly) {
+  const std::string path = temp_path("atomic/summary.json");
+  write_file_atomically(path, "first\n");
+  write_file_atomically(path, "second\n");
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "second\n");
+  EXPECT_FALSE(fs::exists(path + ".partial"));
+  // A target that is a directory: the rename fails, the directory and no partial file remain.
+  const std::string d = temp_path("atomic/dir");
+  fs::create_directories(d);
+  EXPECT_NE(error_of([&] { write_file_atomically(d, "x"); }).find(d), std::string::npos);
+  EXPECT_TRUE(fs::is_directory(d));
+  EXPECT_FALSE(fs::exists(d + ".partial"));
 }

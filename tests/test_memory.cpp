@@ -6,6 +6,7 @@
 
 #include "core/memory/memory_budget.h"
 #include "core/util/error.h"
+#include "tests/error_of.h"
 
 using namespace statecheck;
 
@@ -109,4 +110,16 @@ TEST(Memory, Int8SplitAtEqualMemoryByHand) {
   EXPECT_EQ(s.ckpt, 122);
   EXPECT_EQ(s.bytes, 62u * 100 + 123u * 30);
   EXPECT_LE(s.bytes, s.budget);
+}
+
+// A model without full-attention layers has no KV cache: its KV-token budget is undefined, and the
+// refusal says so (it used to divide by zero bytes per token and blame the pool sizes).
+TEST(Memory, ModelWithoutKvCacheIsRefusedForWhatItIs) {
+  const ModelConfig m = load_model(data_dir() + "/tinylm/config.json", 1);
+  ASSERT_EQ(kv_bytes_per_token(m, fp32_states()), 0u);
+  const std::string err =
+      test_support::error_of([&] { compute_budget(m, fp32_states(), BudgetInputs()); });
+  EXPECT_NE(err.find("model 'tinylm-kjv-gdn' has no full-attention layers (no KV cache)"),
+            std::string::npos)
+      << err;
 }

@@ -1,4 +1,6 @@
 // Model configs: shipped files, Hugging Face config.json parsing, TP sharding, errors.
+#include <fstream>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -170,4 +172,48 @@ TEST(ModelConfig, InconsistentOrMissingFieldsAreClearErrors) {
   EXPECT_THROW(parse_model_config(json{{"foo", 1}}, "x", 1), Error);
   EXPECT_THROW(load_model("no-such-model"), Error);
   EXPECT_THROW(load_model("/nonexistent/dir/model.json"), Error);
+}
+
+// Fields that parse but make no sense are refused with the field named, not turned into a
+// truncated index, a division by zero or an infinite weight size later.
+TEST(ModelConfig, OutOfRangeFieldsAreNamed) {
+  std::ifstream in(data_dir() + "/models/qwen3.5-35b-a3b.json");
+  const json base = json::parse(in);
+  const std::pair<std::function<void(json&)>, std::string> cases[] = {
+      {[](json& j) { j["full_attention_layers"] = json::array({4294967298ull}); },
+       "field 'full_attention_layers[0]' = 4294967298 is outside [-1e6, 1e6]"},
+      {[](json& j) { j["name"] = ""; }, "field 'name' must be a non-empty string"},
+      {[](json& j) { j["default_tp"] = 0; }, "field 'default_tp' must be positive"},
+      {[](json& j) { j["params_billion"] = 1e308; }, "field 'params_billion'"},
+      {[](json& j) { j["full_attention"]["num_kv_heads"] = 0; },
+       "field 'full_attention.num_kv_heads' must be positive"},
+      {[](json& j) {
+         j["full_attention"] = {{"kind", "mla"}, {"kv_lora_rank", -1}, {"rope_dim", 64}};
+       },
+       "field 'full_attention.kv_lora_rank' must be positive"},
+  };
+  for (const auto& [edit, message] : cases) {
+    json j = base;
+    edit(j);
+    const std::string err = test_support::error_of([&] { parse_model_config(j, "m.json", 0); });
+    EXPECT_NE(err.find("m.json: " + message), std::string::npos)
+        << "expected '" << message << "', got '" << err << "'";
+  }
+  // Kimi's layer lists are 1-based: 0 is named as such, not reported as layer -1.
+  json kimi = {
+      {"model_type", "kimi_linear"},
+      {"num_hidden_layers", 4},
+      {"kv_lora_rank", 512},
+      {"qk_rope_head_dim", 64},
+      {"linear_attn_config", {{"num_heads", 32}, {"head_dim", 128}, {"full_attn_layers", {0}}}}};
+  const std::string err = test_support::error_of([&] { parse_model_config(kimi, "k.json", 1); });
+  EXPECT_NE(err.find("'linear_attn_config.full_attn_layers[0]' is 0, outside 1..num_hidden_layers "
+                     "(4) (1-based)"),
+            std::string::npos)
+      << err;
+  // Text after the JSON object is an error, not ignored.
+  const std::string path = testing::TempDir() + "/trailing.json";
+  std::ofstream(path) << base.dump() << " trailing";
+  EXPECT_NE(test_support::error_of([&] { load_model(path); }).find("not valid JSON"),
+            std::string::npos);
 }

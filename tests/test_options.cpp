@@ -52,6 +52,20 @@ TEST(Options, OutOfRangeValuesNameTheirOption) {
       {[](Options& o) { o.device = "tpu"; }, "--device"},
       {[](Options& o) { o.states = "x.safetensors"; }, "without --drive states"},
       {[](Options& o) { o.drive = "nosuch"; }, "unknown drive"},
+      {[](Options& o) { o.trace = "/nonexistent/trace.jsonl"; },
+       "--trace /nonexistent/trace.jsonl: no such file"},
+      {[](Options& o) { o.trace = "/"; }, "--trace /: is a directory"},
+      {[](Options& o) { o.trace = "/dev/null"; }, "--trace /dev/null: not a regular file"},
+      {[](Options& o) {
+         o.drive = "states";
+         o.states = "/nonexistent.safetensors";
+       },
+       "--states /nonexistent.safetensors: no such file"},
+      {[](Options& o) {
+         o.codec = "int8_fp32_scale";
+         o.scale_dtype = "bf16";
+       },
+       "--codec int8_fp32_scale names a fp32 scale but --scale-dtype is bf16"},
   };
   for (const auto& [change, name] : cases) {
     const std::string msg = error_of(change);
@@ -73,6 +87,23 @@ TEST(Options, CudaIsRefusedForExperimentsWithoutACudaPath) {
       ADD_FAILURE() << e.name << " accepted --device cuda";
     } catch (const Error& err) {
       EXPECT_NE(std::string(err.what()).find("has no CUDA path"), std::string::npos) << err.what();
+    }
+  }
+}
+
+// --seed is parsed by hand: an unsigned parse would turn "-1" into 2^64 - 1.
+TEST(Options, SeedIsANonNegativeInteger) {
+  EXPECT_EQ(parse_seed("0"), 0u);
+  EXPECT_EQ(parse_seed("18446744073709551615"), 18446744073709551615ull);
+  for (const char* bad : {"-1", "", "+3", "1x", " 1", "18446744073709551616", "1e3"}) {
+    try {
+      parse_seed(bad);
+      ADD_FAILURE() << "seed '" << bad << "' accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--seed must be an integer in [0, 2^64), got '" +
+                                           std::string(bad) + "'"),
+                std::string::npos)
+          << e.what();
     }
   }
 }

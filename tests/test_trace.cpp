@@ -79,6 +79,23 @@ TEST(Trace, MalformedLinesAreRejectedWithTheirLineNumber) {
             std::string::npos);
 }
 
+// Values are quoted as written: an unsigned literal above 2^63 is not reported as -1, and a
+// length beyond kTraceMaxTokens is refused before the replay would allocate for it.
+TEST(Trace, HugeValuesAreQuotedAsWritten) {
+  EXPECT_NE(reject_message(lines({R"({"timestamp": 0, "input_length": 18446744073709551615, )"
+                                  R"("output_length": 1, "hash_ids": [1]})"}))
+                .find("t.jsonl:1: input_length 18446744073709551615 is more than 16777216 tokens"),
+            std::string::npos);
+  EXPECT_NE(reject_message(lines({R"({"timestamp": 0, "input_length": 10, )"
+                                  R"("output_length": 1073741824, "hash_ids": [1]})"}))
+                .find("t.jsonl:1: output_length 1073741824 is more than 16777216 tokens"),
+            std::string::npos);
+  EXPECT_NE(reject_message(lines({R"({"timestamp": 0, "input_length": 10, )"
+                                  R"("output_length": 1, "hash_ids": [18446744073709551615]})"}))
+                .find("t.jsonl:1: hash_ids[0] = 18446744073709551615 outside 0..4194303"),
+            std::string::npos);
+}
+
 TEST(Trace, MalformedLinesAreSkippedAndRecordedWhenAsked) {
   std::istringstream in(lines(
       {kGood1, "{oops",

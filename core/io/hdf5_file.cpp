@@ -1,11 +1,14 @@
 #include "core/io/hdf5_file.h"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 
 #include <hdf5.h>
 
 #include "core/dtype/bf16.h"
+#include "core/io/paths.h"
 #include "core/util/error.h"
 
 namespace statecheck {
@@ -58,7 +61,7 @@ H5Writer::H5Writer(const std::string& path) : path_(path), partial_(path + ".par
     std::filesystem::create_directories(parent, ec);
     if (ec) fail("{}: cannot create directory {} ({})", path, parent.string(), ec.message());
   }
-  if (std::filesystem::is_directory(path)) fail("{}: is a directory, not a result file", path);
+  check_output_file("result file", path, {});
   file_ = H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) fail("{}: cannot create HDF5 file (is the directory writable?)", partial_);
 }
@@ -71,10 +74,16 @@ H5Writer::~H5Writer() {
   }
 }
 
+void H5Writer::close() {
+  if (file_ < 0) return;
+  const int64_t f = file_;
+  file_ = -1;
+  if (H5Fclose(f) < 0) fail("{}: closing the HDF5 file failed", partial_);
+}
+
 void H5Writer::commit() {
   if (committed_) return;
-  if (file_ >= 0 && H5Fclose(file_) < 0) fail("{}: closing the HDF5 file failed", partial_);
-  file_ = -1;
+  close();
   std::error_code ec;
   std::filesystem::rename(partial_, path_, ec);
   if (ec) fail("{}: cannot move the finished result into place ({})", path_, ec.message());
@@ -307,14 +316,59 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted) {
     }
     n *= d;
   }
+  // Declared but never written (or only partly): reading would return fill values.
+  H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
+  if (n > 0 &&
+      (H5Dget_space_status(ds, &allocated) < 0 || allocated != H5D_SPACE_STATUS_ALLOCATED)) {
+    H5Sclose(space);
+    H5Dclose(ds);
+    fail("{}: dataset '{}' declares {} elements but its data were {} written", path, name, n,
+         allocated == H5D_SPACE_STATUS_PART_ALLOCATED ? "only partly" : "never");
+  }
+  // A compression filter this HDF5 build lacks: say so instead of a failed read.
+  {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    const int filters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : 0;
+    for (int f = 0; f < filters; ++f) {
+      unsigned flags = 0, info = 0;
+      size_t nelem = 0;
+      char fname[64] = {0};
+      const H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(f), &flags, &nelem,
+                                             nullptr, sizeof(fname), fname, &info);
+      if (id >= 0 && H5Zfilter_avail(id) <= 0) {
+        H5Pclose(dcpl);
+        H5Sclose(space);
+        H5Dclose(ds);
+        fail("{}: dataset '{}' needs HDF5 filter {} ('{}'), which this build cannot decode", path,
+             name, static_cast<int>(id), fname);
+      }
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+  }
   hid_t type = H5Dget_type(ds);
   const H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);
   herr_t status = -1;
-  if (cls == H5T_FLOAT && (size == 4 || size == 8)) {
-    out.dtype = size == 4 ? "F32" : "F64";
+  if (cls == H5T_FLOAT && size == 4) {
+    out.dtype = "F32";
     out.data.resize(n);
     status = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data.data());
+  } else if (cls == H5T_FLOAT && size == 8) {
+    // Read as doubles: HDF5's own conversion would turn values beyond the fp32 range into inf.
+    out.dtype = "F64";
+    std::vector<double> d(n);
+    status = H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.data());
+    out.data.resize(n);
+    for (size_t i = 0; status >= 0 && i < n; ++i) {
+      if (std::isfinite(d[i]) && std::fabs(d[i]) > std::numeric_limits<float>::max()) {
+        H5Tclose(type);
+        H5Sclose(space);
+        H5Dclose(ds);
+        fail("{}: dataset '{}': F64 value {} at flat index {} is outside the fp32 range", path,
+             name, d[i], i);
+      }
+      out.data[i] = static_cast<float>(d[i]);
+    }
   } else if (cls == H5T_INTEGER && size == 2 && read_string_attr(ds, "dtype") == "bf16") {
     out.dtype = "BF16";
     std::vector<uint16_t> bits(n);

@@ -17,10 +17,15 @@ class H5Writer {
   // Starts a result file for `path`; parent directories are created. The data go to
   // `path.partial` and replace `path` only on commit(): a run that fails (or is killed) leaves an
   // earlier result at `path` untouched, and the destructor removes the partial file. Throws
-  // statecheck::Error when the file cannot be created.
+  // statecheck::Error when the file cannot be created, or when `path` is a directory or an
+  // existing non-regular file (check_output_file).
   explicit H5Writer(const std::string& path);
   ~H5Writer();
-  // Closes the file and moves it to `path`. Throws statecheck::Error on failure.
+  // Closes the partial file, leaving it uncommitted (the suite closes each experiment's file and
+  // commits them all once every experiment has succeeded). Nothing may be written after it.
+  // Throws statecheck::Error on failure.
+  void close();
+  // Closes the file (if still open) and moves it to `path`. Throws statecheck::Error on failure.
   void commit();
   H5Writer(const H5Writer&) = delete;
   H5Writer& operator=(const H5Writer&) = delete;

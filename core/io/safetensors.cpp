@@ -1,9 +1,11 @@
 #include "core/io/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -120,6 +122,9 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted) 
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() ||
       !off[1].is_number_integer())
     fail("{}: tensor '{}': data_offsets must be [begin, end]", path, name);
+  if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    fail("{}: tensor '{}': data_offsets {} must be non-negative byte offsets", path, name,
+         off.dump());
   const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
   if (end < begin)
     fail("{}: tensor '{}': data_offsets [{}, {}] are reversed", path, name, begin, end);
@@ -147,6 +152,9 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted) 
     } else {
       double d;
       std::memcpy(&d, raw.data() + 8 * i, 8);
+      if (std::isfinite(d) && std::fabs(d) > std::numeric_limits<float>::max())
+        fail("{}: tensor '{}': F64 value {} at flat index {} is outside the fp32 range", path, name,
+             d, i);
       out.data[i] = static_cast<float>(d);
     }
   }

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/paths.h"
 #include "core/util/error.h"
 
 namespace statecheck {
@@ -88,13 +89,7 @@ void write_summary_json(const std::string& path, const Summary& summary,
       if (r.present) t[r.key] = {{"limit", r.limit}, {"op", r.op}, {"pass", r.pass}};
     j["thresholds"] = t;
   }
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  std::ofstream out(path);
-  if (!out) fail("{}: cannot write summary", path);
-  out << j.dump(2) << "\n";
-  out.flush();
-  if (!out) fail("{}: write error (disk full?)", path);
+  write_file_atomically(path, j.dump(2) + "\n");
 }
 
 }  // namespace statecheck

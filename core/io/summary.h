@@ -42,7 +42,8 @@ std::vector<ThresholdRow> load_thresholds(const std::string& path);
 void check_thresholds(const Summary& summary, std::vector<ThresholdRow>& rows);
 
 // Writes the summary as one flat JSON object, plus "thresholds": {key: {limit, op, pass}} for the
-// checked rows that were present. Throws on I/O error.
+// checked rows that were present, through `path.partial` and a rename (a failed write leaves an
+// earlier summary untouched). Throws statecheck::Error naming the path on I/O error.
 void write_summary_json(const std::string& path, const Summary& summary,
                         const std::vector<ThresholdRow>* rows = nullptr);
 

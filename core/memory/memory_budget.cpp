@@ -83,6 +83,12 @@ Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetIn
   b.checkpoint = pool_bytes(in.ckpt_slots, ck);
   if (in.ckpt_slots == 0) b.checkpoint.total = SlotBytes{};  // no pool at all
   b.kv_bytes_per_token = kv_bytes_per_token(m, d);
+  if (b.kv_bytes_per_token == 0)
+    fail(
+        "memory budget: model '{}' has no full-attention layers (no KV cache), so its KV-token "
+        "budget is not defined; the memory, capacity, firecount and replay experiments need a "
+        "hybrid model",
+        m.name);
   const double engine_left =
       b.rest_bytes - static_cast<double>(A) * static_cast<double>(act.total());
   const double correct_left = b.rest_bytes - static_cast<double>(b.active.total.total()) -

@@ -87,7 +87,8 @@ struct Budget {
 };
 
 // Throws statecheck::Error naming the option when the inputs are out of range or nothing is left
-// for the caches (rest <= 0, A < 1, or no KV token fits).
+// for the caches (rest <= 0, A < 1, or no KV token fits), or when the model has no full-attention
+// layers (no KV cache: the KV-token budget is not defined).
 Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetInputs& in);
 
 // int8 mode at the memory of a single-pool run with `bf16_active` usable active slots: the same

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "core/util/error.h"
@@ -59,7 +60,11 @@ std::vector<int> get_int_list(const json& j, const char* key, const std::string&
   for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_number_integer())
       fail("{}: field '{}{}[{}]' must be an integer", origin, where, key, i);
-    out.push_back(v[i].get<int>());
+    const bool huge = v[i].is_number_unsigned() && v[i].get<uint64_t>() > uint64_t(1000000);
+    const int64_t x = huge ? INT64_MAX : v[i].get<int64_t>();
+    if (x < -1000000 || x > 1000000)
+      fail("{}: field '{}{}[{}]' = {} is outside [-1e6, 1e6]", origin, where, key, i, v[i].dump());
+    out.push_back(static_cast<int>(x));
   }
   return out;
 }
@@ -190,7 +195,13 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
     m.head_k_dim = m.head_v_dim = get_int(lin, "head_dim", origin, lw);
     m.conv_width = get_int_or(lin, "short_conv_kernel_size", 4, origin, lw);
     m.conv_layout = ConvLayout::window_first;
-    for (int l : get_int_list(lin, "full_attn_layers", origin, lw)) m.full_layers.push_back(l - 1);
+    const std::vector<int> full = get_int_list(lin, "full_attn_layers", origin, lw);
+    for (size_t i = 0; i < full.size(); ++i) {
+      if (full[i] < 1 || full[i] > m.num_layers)
+        fail("{}: '{}full_attn_layers[{}]' is {}, outside 1..num_hidden_layers ({}) (1-based)",
+             origin, lw, i, full[i], m.num_layers);
+      m.full_layers.push_back(full[i] - 1);
+    }
     m.full_attention.kind = FullAttentionSpec::Kind::mla;
     m.full_attention.kv_lora_rank = get_int(j, "kv_lora_rank", origin, where);
     m.full_attention.rope_dim = get_int(j, "qk_rope_head_dim", origin, where);
@@ -239,7 +250,21 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   positive(m.head_k_dim, "head_k_dim");
   positive(m.head_v_dim, "head_v_dim");
   positive(m.conv_width, "conv_width");
+  positive(m.default_tp, "default_tp");
   positive(m.tp, "tp");
+  if (m.name.empty()) fail("{}: field 'name' must be a non-empty string", origin);
+  const FullAttentionSpec& fa = m.full_attention;
+  if (fa.kind == FullAttentionSpec::Kind::mla) {
+    positive(fa.kv_lora_rank, "full_attention.kv_lora_rank");
+    if (fa.rope_dim < 0)
+      fail("{}: field 'full_attention.rope_dim' must be >= 0, got {}", origin, fa.rope_dim);
+  } else if (!m.full_layers.empty()) {
+    positive(fa.num_kv_heads, "full_attention.num_kv_heads");
+    positive(fa.head_dim, "full_attention.head_dim");
+  } else if (fa.num_kv_heads < 0 || fa.head_dim < 0) {
+    fail("{}: fields 'full_attention.num_kv_heads' and 'head_dim' must be >= 0, got {} and {}",
+         origin, fa.num_kv_heads, fa.head_dim);
+  }
   auto at_most = [&](int v, int limit, const char* field) {
     if (v > limit) fail("{}: field '{}' = {} is larger than {}", origin, field, v, limit);
   };
@@ -248,8 +273,16 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   at_most(m.head_k_dim, 4096, "head_k_dim");
   at_most(m.head_v_dim, 4096, "head_v_dim");
   at_most(m.conv_width, 64, "conv_width");
-  if (!(m.params_billion >= 0) || !std::isfinite(m.params_billion))
-    fail("{}: field 'params_billion' must be a non-negative number, got {}", origin,
+  // One layer's state beyond 2^30 elements (4 GiB in fp32; real models hold 2^19) is a typing
+  // mistake, and the experiments would fail on allocation instead of naming the fields.
+  if (uint64_t(m.num_value_heads) * uint64_t(m.head_v_dim) * uint64_t(m.head_k_dim) >
+      (uint64_t(1) << 30))
+    fail(
+        "{}: one layer's state, num_value_heads x head_v_dim x head_k_dim = {} x {} x {}, has "
+        "more than 2^30 elements",
+        origin, m.num_value_heads, m.head_v_dim, m.head_k_dim);
+  if (!(m.params_billion >= 0) || !(m.params_billion <= 1e5))
+    fail("{}: field 'params_billion' must be a number of billions in [0, 1e5], got {}", origin,
          m.params_billion);
   if (m.ssm_dtype != "float32" && m.ssm_dtype != "bfloat16" && m.ssm_dtype != "float16")
     fail("{}: field 'ssm_dtype' must be float32, bfloat16 or float16, got '{}'", origin,
@@ -333,11 +366,13 @@ ModelConfig load_model(const std::string& name_or_path, int tp) {
   }
   if (!fs::is_regular_file(path))
     fail("{}: not a regular file (expected a model config .json)", path.string());
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open model config", path.string());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail("{}: read error", path.string());
   json j;
   try {
-    in >> j;
+    j = json::parse(text);  // the whole file: text after the JSON value is an error
   } catch (const json::exception& e) {
     fail("{}: not valid JSON ({})", path.string(), e.what());
   }

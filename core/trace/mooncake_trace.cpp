@@ -45,12 +45,19 @@ std::string parse_line(const std::string& text, TraceRequest& r) {
   // A year of traffic is 3.2e10 ms; later stamps are a unit mistake, not a trace to bin by minute.
   if (r.timestamp_ms > 3.2e10)
     return fmt::format("timestamp {} ms is later than one year", ts.dump());
+  // Values are quoted as written (v.dump()): an unsigned literal above 2^63 would print as a
+  // negative number after a signed conversion.
+  auto as_int64 = [](const nlohmann::json& v) {
+    return v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX
+                                                                             : v.get<int64_t>();
+  };
   for (const char* f : {"input_length", "output_length"}) {
     const auto& v = j[f];
     if (!v.is_number_integer()) return fmt::format("field '{}' is not an integer", f);
-    const int64_t x = v.get<int64_t>();
-    if (x < 0) return fmt::format("negative {} {}", f, x);
-    if (x > (int64_t{1} << 30)) return fmt::format("{} {} is too large", f, x);
+    const int64_t x = as_int64(v);
+    if (x < 0) return fmt::format("negative {} {}", f, v.dump());
+    if (x > kTraceMaxTokens)
+      return fmt::format("{} {} is more than {} tokens", f, v.dump(), kTraceMaxTokens);
   }
   r.input_length = static_cast<int32_t>(j["input_length"].get<int64_t>());
   r.output_length = static_cast<int32_t>(j["output_length"].get<int64_t>());
@@ -61,9 +68,9 @@ std::string parse_line(const std::string& text, TraceRequest& r) {
   r.hash_ids.reserve(h.size());
   for (size_t i = 0; i < h.size(); ++i) {
     if (!h[i].is_number_integer()) return fmt::format("hash_ids[{}] is not an integer", i);
-    const int64_t x = h[i].get<int64_t>();
+    const int64_t x = as_int64(h[i]);
     if (x < 0 || x > kTraceMaxHashId)
-      return fmt::format("hash_ids[{}] = {} outside 0..{}", i, x, kTraceMaxHashId);
+      return fmt::format("hash_ids[{}] = {} outside 0..{}", i, h[i].dump(), kTraceMaxHashId);
     r.hash_ids.push_back(x);
   }
   const int64_t blocks =

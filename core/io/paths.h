@@ -1,0 +1,35 @@
+// Checks on the files a run reads and writes, made before any work so that bad paths cost nothing
+// and lose nothing (README "Exit status"): an input must be an existing regular file (a FIFO
+// would block the run, a directory or device reads as garbage); an output must not be a
+// directory, a device or other non-regular file, nor the same file as one of the run's inputs
+// (writing a result over the states or model config it was computed from destroys the input).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace statecheck {
+
+// A named path the run reads ("--states", "--trace", "--model").
+struct InputPath {
+  std::string option;
+  std::string path;
+};
+
+// Throws statecheck::Error, naming the option and path, if `path` does not exist or is not a
+// regular file (directory, FIFO, device, socket).
+void check_input_file(const std::string& option, const std::string& path);
+
+// Throws statecheck::Error, naming the option and path, if `path` exists and is a directory or
+// not a regular file, if its parent exists and is not a directory, or if it is the same file as
+// one of `inputs` (by std::filesystem::equivalent when both exist). Does not create anything.
+void check_output_file(const std::string& option, const std::string& path,
+                       const std::vector<InputPath>& inputs);
+
+// Writes `text` to `path` through `path.partial` and a rename, so that a failed write leaves an
+// earlier file at `path` untouched. Creates missing parent directories. Throws statecheck::Error
+// naming the path on any failure.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace statecheck
