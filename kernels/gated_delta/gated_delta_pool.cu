@@ -209,14 +209,12 @@ __device__ __forceinline__ void load_token(const Params& p, int t, int h, int kh
   r.beta = p.beta[static_cast<size_t>(t) * p.HV + h];
 }
 
-// One token of the recurrence on a lane's RPL state rows s (rows8 layout): q and k normalised,
-// decay, delta-rule write, readout. out[r] is row r's output, summed over the row's 8 lanes. The
-// token registers are consumed (q, k and g are scaled in place). Every rounding is spelled out
-// (__fmul_rn, __fmaf_rn: no contraction left to the compiler), so that the packed bf16 decode
-// (token_step_packed) repeats it bit for bit.
+// The token-wide part of a step, in place in the token registers: q and k L2-normalised over
+// the row's 8 lanes (if p.qk_l2norm) and scaled (q by p.scale), KDA's per-channel g replaced by
+// exp(g). Returns GDN's decay exp(g) (0 for KDA). Shared by token_step and token_step_packed, so
+// that both start from the same bits.
 template <int NCH, bool KDA, int RPL>
-__device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, RPL>& cur,
-                                           float (&s)[RPL][NCH * 4], float (&out)[RPL]) {
+__device__ __forceinline__ float prepare_token(const Params& p, TokenRegs<NCH, KDA, RPL>& cur) {
   constexpr int NCOL = NCH * 4;
   float qsum = 0.0f, ksum = 0.0f;
 #pragma unroll
@@ -229,16 +227,27 @@ __device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, 
     qscale = p.scale / sqrtf(row_sum(qsum) + 1e-6f);
     kscale = 1.0f / sqrtf(row_sum(ksum) + 1e-6f);
   }
-  // Normalised q, k and the decay, in place in the token registers.
-  float* kk = cur.k;
-  float* qq = cur.q;
-  const float a = KDA ? 0.0f : expf(cur.g[0]);
 #pragma unroll
   for (int i = 0; i < NCOL; ++i) {
-    kk[i] = __fmul_rn(kk[i], kscale);
-    qq[i] = __fmul_rn(qq[i], qscale);
+    cur.k[i] = __fmul_rn(cur.k[i], kscale);
+    cur.q[i] = __fmul_rn(cur.q[i], qscale);
     if constexpr (KDA) cur.g[i] = expf(cur.g[i]);
   }
+  return KDA ? 0.0f : expf(cur.g[0]);
+}
+
+// One token of the recurrence on a lane's RPL state rows s (rows8 layout): q and k normalised,
+// decay, delta-rule write, readout. out[r] is row r's output, summed over the row's 8 lanes. The
+// token registers are consumed (q, k and g are scaled in place). Every rounding is spelled out
+// (__fmul_rn, __fmaf_rn: no contraction left to the compiler), so that the packed bf16 decode
+// (token_step_packed) repeats it bit for bit.
+template <int NCH, bool KDA, int RPL>
+__device__ __forceinline__ void token_step(const Params& p, TokenRegs<NCH, KDA, RPL>& cur,
+                                           float (&s)[RPL][NCH * 4], float (&out)[RPL]) {
+  constexpr int NCOL = NCH * 4;
+  const float a = prepare_token(p, cur);
+  const float* kk = cur.k;
+  const float* qq = cur.q;
   float part[RPL], w[RPL];
 #pragma unroll
   for (int r = 0; r < RPL; ++r) {
@@ -308,27 +317,9 @@ __device__ __forceinline__ uint2 pack_bf16x4(const float* s) {
 template <int NCH, bool KDA, int RPL>
 __device__ __forceinline__ void token_step_packed(const Params& p, TokenRegs<NCH, KDA, RPL>& cur,
                                                   uint2 (&raw)[RPL][NCH], float (&out)[RPL]) {
-  constexpr int NCOL = NCH * 4;
-  float qsum = 0.0f, ksum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NCOL; ++i) {
-    qsum = __fmaf_rn(cur.q[i], cur.q[i], qsum);
-    ksum = __fmaf_rn(cur.k[i], cur.k[i], ksum);
-  }
-  float qscale = p.scale, kscale = 1.0f;
-  if (p.qk_l2norm) {
-    qscale = p.scale / sqrtf(row_sum(qsum) + 1e-6f);
-    kscale = 1.0f / sqrtf(row_sum(ksum) + 1e-6f);
-  }
-  float* kk = cur.k;
-  float* qq = cur.q;
-  const float a = KDA ? 0.0f : expf(cur.g[0]);
-#pragma unroll
-  for (int i = 0; i < NCOL; ++i) {
-    kk[i] = __fmul_rn(kk[i], kscale);
-    qq[i] = __fmul_rn(qq[i], qscale);
-    if constexpr (KDA) cur.g[i] = expf(cur.g[i]);
-  }
+  const float a = prepare_token(p, cur);
+  const float* kk = cur.k;
+  const float* qq = cur.q;
   float part[RPL], w[RPL];
 #pragma unroll
   for (int r = 0; r < RPL; ++r) {
