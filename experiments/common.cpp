@@ -46,6 +46,10 @@ uint64_t parse_seed(const std::string& text) {
   return v;
 }
 
+std::string trace_path(const Options& o) {
+  return o.trace.empty() ? data_dir() + "/traces/mooncake_conversation_trace.jsonl" : o.trace;
+}
+
 std::vector<InputPath> run_inputs(const Options& o) {
   std::vector<InputPath> in;
   if (!o.states.empty()) in.push_back({"--states", o.states});
@@ -56,18 +60,28 @@ std::vector<InputPath> run_inputs(const Options& o) {
 }
 
 void check_run_outputs(const Options& o, const std::vector<std::string>& outs) {
-  const std::vector<InputPath> inputs = run_inputs(o);
-  for (const std::string& out : outs) check_output_file("--out", out, inputs);
-  if (o.summary.empty()) return;
-  std::vector<InputPath> not_these = inputs;
-  for (const std::string& out : outs) not_these.push_back({"--out", out});
-  check_output_file("--summary", o.summary, not_these);
-  std::error_code ec;
-  const auto summary = std::filesystem::weakly_canonical(o.summary, ec);
-  for (const std::string& out : outs) {
-    std::error_code eo;
-    if (!ec && std::filesystem::weakly_canonical(out, eo) == summary && !eo)
-      fail("--summary {}: is the result file {} too; give them different paths", o.summary, out);
+  std::vector<InputPath> inputs = run_inputs(o);
+  std::vector<std::pair<std::string, std::string>> written;  // (option, path) with their partials
+  for (const std::string& out : outs) written.push_back({"--out", out});
+  if (!o.summary.empty()) written.push_back({"--summary", o.summary});
+  for (const auto& [option, path] : written) check_output_file(option, path, inputs);
+  // No two written files (results, summary, their partial files) may be one file.
+  for (size_t a = 0; a < written.size(); ++a)
+    for (size_t b = a + 1; b < written.size(); ++b)
+      for (const std::string& pa : {written[a].second, written[a].second + ".partial"})
+        for (const std::string& pb : {written[b].second, written[b].second + ".partial"})
+          if (same_file(pa, pb))
+            fail("{} {} and {} {} are one file ({}); give them different paths", written[a].first,
+                 written[a].second, written[b].first, written[b].second, pa);
+  // Nothing is written into the data directory: it holds the shipped models, thresholds, traces
+  // and the tiny model, which runs read without naming them.
+  const std::filesystem::path data = resolved_path(data_dir());
+  for (const auto& [option, path] : written) {
+    const std::filesystem::path r = resolved_path(path);
+    const auto rel = r.lexically_relative(data);
+    if (!rel.empty() && *rel.begin() != "..")
+      fail("{} {}: is inside the data directory {} (shipped inputs); write results elsewhere",
+           option, path, data.string());
   }
 }
 

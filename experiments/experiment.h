@@ -69,6 +69,9 @@ uint64_t parse_seed(const std::string& text);
 // Resolves the model named by the options (name or path, TP).
 ModelConfig options_model(const Options& o);
 
+// The request trace replay reads: --trace, else the shipped one.
+std::string trace_path(const Options& o);
+
 // The files a run reads: --states, --trace and --model when it names a file.
 std::vector<InputPath> run_inputs(const Options& o);
 

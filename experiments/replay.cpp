@@ -136,8 +136,7 @@ double bench_match_insert(const std::vector<TraceRequest>& reqs, double* seconds
 }  // namespace
 
 void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  const std::string path =
-      o.trace.empty() ? data_dir() + "/traces/mooncake_conversation_trace.jsonl" : o.trace;
+  const std::string path = trace_path(o);
   Trace trace = load_mooncake_trace(path, parse_bad_lines(o.trace_bad_lines));
   for (size_t i = 0; i < trace.skipped.size(); ++i)
     if (i < 20)

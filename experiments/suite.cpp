@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/io/run_info.h"
+#include "core/trace/mooncake_trace.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
 
@@ -84,6 +85,10 @@ int run_suite(const Options& base) {
       if (e.in_suite) outs.push_back(dir + "/" + e.name + ".h5");
     check_run_outputs(o, outs);
   }
+  // The trace too, before the experiments that run ahead of replay (a bad line fails in seconds).
+  for (const auto& e : experiment_registry())
+    if (e.in_suite && e.name == "replay")
+      load_mooncake_trace(trace_path(base), parse_bad_lines(base.trace_bad_lines));
   {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);

@@ -305,6 +305,93 @@ TEST(Paths, OutputsThatWouldDestroySomethingAreRefused) {
   EXPECT_EQ(error_of([&] { check_input_file("--trace", input); }), "");
 }
 
+TEST(Paths, PartialFilesAndSpellingsAreChecked) {
+  const std::string dir = temp_path("paths2");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string out = dir + "/r.h5", target = dir + "/target";
+  std::ofstream(target) << "keep";
+  fs::create_symlink(target, out + ".partial");
+  // A link where the partial file goes would be written through.
+  EXPECT_NE(error_of([&] {
+              check_output_file("--out", out, {});
+            }).find(out + ".partial exists and is not a regular file"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { H5Writer w(out); }).find("not a regular file"), std::string::npos);
+  EXPECT_NE(error_of([&] { write_file_atomically(out, "x"); }).find("not a regular file"),
+            std::string::npos);
+  std::ifstream in(target);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+            "keep");
+  // An input at the partial name would be consumed by the final rename.
+  std::ofstream(dir + "/n.json.partial") << "{}";
+  EXPECT_NE(error_of([&] {
+              check_output_file("--out", dir + "/n.json", {{"--model", dir + "/n.json.partial"}});
+            }).find("is the same file as --model"),
+            std::string::npos);
+  // One path spelled two ways, neither existing yet.
+  EXPECT_TRUE(same_file(dir + "/new/./x.h5", dir + "/new/sub/../x.h5"));
+  EXPECT_FALSE(same_file(dir + "/new/x.h5", dir + "/new/y.h5"));
+  // A trailing '/' names a directory.
+  EXPECT_NE(
+      error_of([&] { check_output_file("--out", dir + "/newdir/", {}); }).find("names a directory"),
+      std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/newdir"));
+}
+
+TEST(Hdf5, FailedWriterRemovesTheDirectoriesItCreated) {
+  const std::string root = temp_path("created");
+  fs::remove_all(root);
+  try {
+    H5Writer w(root + "/a/b/r.h5");
+    EXPECT_TRUE(fs::is_directory(root + "/a/b"));
+    throw Error("simulated failure");
+  } catch (const Error&) {
+  }
+  EXPECT_FALSE(fs::exists(root + "/a"));
+  {
+    H5Writer w(root + "/a/b/r.h5");
+    w.write_scalar("x", 1.0, "1", "kept");
+    w.commit();
+  }
+  EXPECT_TRUE(fs::exists(root + "/a/b/r.h5"));
+}
+
+// A compressed dataset is "partly allocated" to HDF5 (its storage is smaller than its extent)
+// and reads back in full; data kept in an external file are refused.
+TEST(Hdf5, CompressedDatasetReadsAndExternalDataAreRefused) {
+  const std::string path = temp_path("gzip.h5");
+  std::vector<float> v(4096);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 7) * 0.5f;
+  auto make = [&](bool external) {
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[1] = {v.size()}, chunk[1] = {1024};
+    const hid_t space = H5Screate_simple(1, dims, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (external) {
+      H5Pset_external(dcpl, (temp_path("gzip.h5") + ".raw").c_str(), 0, v.size() * 4);
+    } else {
+      H5Pset_chunk(dcpl, 1, chunk);
+      H5Pset_deflate(dcpl, 6);
+    }
+    const hid_t ds = H5Dcreate2(f, "state", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+  };
+  if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+    make(false);
+    const FloatArray a = read_hdf5_array(path);
+    ASSERT_EQ(a.data.size(), v.size());
+    EXPECT_EQ(a.data, v);
+  }
+  make(true);
+  EXPECT_NE(error_of([&] { read_hdf5_array(path); }).find("keeps its data in external files"),
+            std::string::npos);
+}
+
 TEST(Paths, AtomicWriteReplacesWholeFilesOnly) {
   const std::string path = temp_path("atomic/summary.json");
   write_file_atomically(path, "first\n");

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/model/model_config.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
 
@@ -106,4 +108,31 @@ TEST(Options, SeedIsANonNegativeInteger) {
           << e.what();
     }
   }
+}
+
+// Outputs are checked against each other (and their partial files), against the inputs and
+// against the data directory, whose files runs read without naming them.
+TEST(Options, OutputsThatCollideAreRefused) {
+  auto error_for = [](Options o, const std::vector<std::string>& outs) {
+    try {
+      check_run_outputs(o, outs);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string dir = ::testing::TempDir() + "/outputs_collide";
+  Options o;
+  o.summary = dir + "/./a.h5";
+  EXPECT_NE(error_for(o, {dir + "/a.h5"}).find("are one file"), std::string::npos);
+  o.summary = dir + "/a.h5.partial";
+  EXPECT_NE(error_for(o, {dir + "/a.h5"}).find("are one file"), std::string::npos);
+  o.summary = dir + "/a.json";
+  EXPECT_EQ(error_for(o, {dir + "/a.h5"}), "");
+  o.summary.clear();
+  EXPECT_NE(error_for(o, {data_dir() + "/models/qwen3.5-35b-a3b.json"})
+                .find("is inside the data directory"),
+            std::string::npos);
+  o.summary = data_dir() + "/thresholds.json";
+  EXPECT_NE(error_for(o, {dir + "/a.h5"}).find("--summary " + o.summary), std::string::npos);
 }

@@ -80,15 +80,20 @@ TEST(Trace, MalformedLinesAreRejectedWithTheirLineNumber) {
 }
 
 // Values are quoted as written: an unsigned literal above 2^63 is not reported as -1, and a
-// length beyond kTraceMaxTokens is refused before the replay would allocate for it.
+// length beyond kTraceMaxTokens is refused before the replay would allocate for it; a number
+// that overflows a double is a bad line like any other (with its line number).
 TEST(Trace, HugeValuesAreQuotedAsWritten) {
+  EXPECT_NE(reject_message(lines({kGood1, R"({"timestamp": 1e400, "input_length": 10, )"
+                                          R"("output_length": 1, "hash_ids": [1]})"}))
+                .find("t.jsonl:2: bad JSON"),
+            std::string::npos);
   EXPECT_NE(reject_message(lines({R"({"timestamp": 0, "input_length": 18446744073709551615, )"
                                   R"("output_length": 1, "hash_ids": [1]})"}))
-                .find("t.jsonl:1: input_length 18446744073709551615 is more than 16777216 tokens"),
+                .find("t.jsonl:1: input_length 18446744073709551615 is more than 2097152 tokens"),
             std::string::npos);
   EXPECT_NE(reject_message(lines({R"({"timestamp": 0, "input_length": 10, )"
                                   R"("output_length": 1073741824, "hash_ids": [1]})"}))
-                .find("t.jsonl:1: output_length 1073741824 is more than 16777216 tokens"),
+                .find("t.jsonl:1: output_length 1073741824 is more than 2097152 tokens"),
             std::string::npos);
   EXPECT_NE(reject_message(lines({R"({"timestamp": 0, "input_length": 10, )"
                                   R"("output_length": 1, "hash_ids": [18446744073709551615]})"}))

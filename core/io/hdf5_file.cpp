@@ -55,13 +55,18 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
 }  // namespace
 
 H5Writer::H5Writer(const std::string& path) : path_(path), partial_(path + ".partial") {
+  check_output_file("result file", path, {});
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
     std::error_code ec;
+    // The directories this writer creates, deepest first: removed again if the run fails.
+    for (auto d = parent; !d.empty() && !std::filesystem::exists(d, ec); d = d.parent_path()) {
+      created_dirs_.push_back(d.string());
+      if (d == d.parent_path()) break;
+    }
     std::filesystem::create_directories(parent, ec);
     if (ec) fail("{}: cannot create directory {} ({})", path, parent.string(), ec.message());
   }
-  check_output_file("result file", path, {});
   file_ = H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) fail("{}: cannot create HDF5 file (is the directory writable?)", partial_);
 }
@@ -71,6 +76,7 @@ H5Writer::~H5Writer() {
   if (!committed_) {
     std::error_code ec;
     std::filesystem::remove(partial_, ec);  // a failed run leaves any earlier result untouched
+    for (const std::string& d : created_dirs_) std::filesystem::remove(d, ec);  // if empty
   }
 }
 
@@ -268,7 +274,8 @@ std::string read_string_attr(hid_t obj, const char* name) {
 
 }  // namespace
 
-FloatArray read_hdf5_array(const std::string& path, const std::string& wanted) {
+FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
+                           const ShapeCheck& check) {
   if (!std::filesystem::exists(path)) fail("{}: no such file", path);
   if (H5Fis_hdf5(path.c_str()) <= 0) fail("{}: not an HDF5 file", path);
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -316,35 +323,47 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted) {
     }
     n *= d;
   }
-  // Declared but never written (or only partly): reading would return fill values.
-  H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
-  if (n > 0 &&
-      (H5Dget_space_status(ds, &allocated) < 0 || allocated != H5D_SPACE_STATUS_ALLOCATED)) {
+  if (check) {
+    try {
+      check(name, out.shape);
+    } catch (...) {
+      H5Sclose(space);
+      H5Dclose(ds);
+      throw;
+    }
+  }
+  const hid_t dcpl = H5Dget_create_plist(ds);
+  const int filters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : 0;
+  auto refuse = [&](const std::string& why) {
+    if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
     H5Dclose(ds);
-    fail("{}: dataset '{}' declares {} elements but its data were {} written", path, name, n,
-         allocated == H5D_SPACE_STATUS_PART_ALLOCATED ? "only partly" : "never");
-  }
+    fail("{}: dataset '{}' {}", path, name, why);
+  };
+  // Data in external files (which could be anything, a FIFO included) are not read.
+  if (dcpl >= 0 && H5Pget_external_count(dcpl) > 0)
+    refuse("keeps its data in external files; store them in the HDF5 file");
+  // Declared but never written: reading would return fill values. A chunked dataset with some
+  // chunks never written is "partly allocated"; so is every compressed one (its storage is
+  // smaller than its extent), which is fine.
+  H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
+  if (n > 0 &&
+      (H5Dget_space_status(ds, &allocated) < 0 || allocated == H5D_SPACE_STATUS_NOT_ALLOCATED ||
+       (allocated == H5D_SPACE_STATUS_PART_ALLOCATED && filters == 0)))
+    refuse(fmt::format("declares {} elements but its data were {} written", n,
+                       allocated == H5D_SPACE_STATUS_PART_ALLOCATED ? "only partly" : "never"));
   // A compression filter this HDF5 build lacks: say so instead of a failed read.
-  {
-    hid_t dcpl = H5Dget_create_plist(ds);
-    const int filters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : 0;
-    for (int f = 0; f < filters; ++f) {
-      unsigned flags = 0, info = 0;
-      size_t nelem = 0;
-      char fname[64] = {0};
-      const H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(f), &flags, &nelem,
-                                             nullptr, sizeof(fname), fname, &info);
-      if (id >= 0 && H5Zfilter_avail(id) <= 0) {
-        H5Pclose(dcpl);
-        H5Sclose(space);
-        H5Dclose(ds);
-        fail("{}: dataset '{}' needs HDF5 filter {} ('{}'), which this build cannot decode", path,
-             name, static_cast<int>(id), fname);
-      }
-    }
-    if (dcpl >= 0) H5Pclose(dcpl);
+  for (int f = 0; f < filters; ++f) {
+    unsigned flags = 0, info = 0;
+    size_t nelem = 0;
+    char fname[64] = {0};
+    const H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(f), &flags, &nelem, nullptr,
+                                           sizeof(fname), fname, &info);
+    if (id >= 0 && H5Zfilter_avail(id) <= 0)
+      refuse(fmt::format("needs HDF5 filter {} ('{}'), which this build cannot decode",
+                         static_cast<int>(id), fname));
   }
+  if (dcpl >= 0) H5Pclose(dcpl);
   hid_t type = H5Dget_type(ds);
   const H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,8 @@ namespace statecheck {
 
 class H5Writer {
  public:
-  // Starts a result file for `path`; parent directories are created. The data go to
+  // Starts a result file for `path`; missing parent directories are created (and removed again,
+  // if still empty, when the file is not committed). The data go to
   // `path.partial` and replace `path` only on commit(): a run that fails (or is killed) leaves an
   // earlier result at `path` untouched, and the destructor removes the partial file. Throws
   // statecheck::Error when the file cannot be created, or when `path` is a directory or an
@@ -58,6 +60,7 @@ class H5Writer {
   std::string path_;
   std::string partial_;
   bool committed_ = false;
+  std::vector<std::string> created_dirs_;  // deepest first; removed (if empty) when not committed
 };
 
 // An n-dimensional float array read from a file.
@@ -68,11 +71,18 @@ struct FloatArray {
   std::string name;   // dataset / tensor name
 };
 
+// Called with a dataset's (tensor's) name and declared shape before its data are read, so that a
+// caller can refuse a shape it cannot use before paying for the read; throws to refuse.
+using ShapeCheck = std::function<void(const std::string& name, const std::vector<size_t>& shape)>;
+
 // Reads one floating-point dataset from an HDF5 file: `name` if given, else "state" if present,
-// else the only dataset at the root. fp32 and fp64 datasets are read as fp32; 16-bit unsigned
-// integer datasets with attribute dtype="bf16" as bf16 bits. Throws statecheck::Error naming the
-// file and dataset (unreadable file, no such dataset, several candidates, unsupported type).
-FloatArray read_hdf5_array(const std::string& path, const std::string& name = "");
+// else the only dataset at the root. fp32 and fp64 datasets are read as fp32 (fp64 values beyond
+// the fp32 range are an error); 16-bit unsigned integer datasets with attribute dtype="bf16" as
+// bf16 bits. Throws statecheck::Error naming the file and dataset (unreadable file, no such
+// dataset, several candidates, unsupported type, data never written, data in external files, a
+// compression filter this build lacks), or whatever `check` throws.
+FloatArray read_hdf5_array(const std::string& path, const std::string& name = "",
+                           const ShapeCheck& check = nullptr);
 
 // Reads a numeric dataset of an HDF5 file as doubles (shape returned too). For tests and tools.
 std::vector<double> read_hdf5_doubles(const std::string& path, const std::string& dataset,

@@ -1,5 +1,7 @@
 #include "core/io/paths.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -19,8 +21,38 @@ void check_input_file(const std::string& option, const std::string& path) {
     fail("{} {}: not a regular file (a FIFO, device or socket)", option, path);
 }
 
+fs::path resolved_path(const std::string& p) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(p, ec);
+  if (ec) return fs::path(p).lexically_normal();
+  fs::path r = fs::weakly_canonical(abs, ec);
+  return ec ? abs.lexically_normal() : r;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (resolved_path(a) == resolved_path(b)) return true;
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
+namespace {
+
+// `path` (a result or its partial file) against the inputs: refused if it is one of them.
+void check_not_an_input(const std::string& option, const std::string& shown,
+                        const std::string& path, const std::vector<InputPath>& inputs) {
+  for (const InputPath& in : inputs)
+    if (!in.path.empty() && same_file(path, in.path))
+      fail("{} {}: {} is the same file as {} {}; refusing to overwrite an input", option, shown,
+           path == shown ? "it" : path, in.option, in.path);
+}
+
+}  // namespace
+
 void check_output_file(const std::string& option, const std::string& path,
                        const std::vector<InputPath>& inputs) {
+  if (path.empty()) fail("{} needs a path", option);
+  if (fs::path(path).filename().empty())
+    fail("{} {}: names a directory (trailing '/'), not a result file", option, path);
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (!ec && fs::exists(st)) {
@@ -30,16 +62,21 @@ void check_output_file(const std::string& option, const std::string& path,
           "{} {}: exists and is not a regular file (a FIFO, device or socket); refusing to "
           "replace it",
           option, path);
-    for (const InputPath& in : inputs) {
-      if (in.path.empty()) continue;
-      std::error_code eq;
-      if (fs::equivalent(path, in.path, eq) && !eq)
-        fail("{} {}: is the same file as {} {}; refusing to overwrite an input", option, path,
-             in.option, in.path);
-    }
   }
-  // The nearest existing ancestor must be a directory (create_directories would fail on a file).
-  for (fs::path parent = fs::path(path).parent_path(); !parent.empty();
+  check_not_an_input(option, path, path, inputs);
+  // The result is written to path.partial first: whatever sits there must be an ordinary file
+  // (a FIFO would block, a link would be written through), and not an input.
+  const std::string partial = path + ".partial";
+  const fs::file_status pst = fs::symlink_status(partial, ec);
+  if (!ec && fs::exists(pst) && !fs::is_regular_file(pst))
+    fail(
+        "{} {}: {} exists and is not a regular file (a link, FIFO, device or directory); remove "
+        "it",
+        option, path, partial);
+  check_not_an_input(option, path, partial, inputs);
+  // The nearest existing ancestor must be a writable directory (create_directories would fail on
+  // a file; a read-only one would fail only after the work).
+  for (fs::path parent = fs::absolute(path, ec).parent_path(); !parent.empty();
        parent = parent.parent_path()) {
     std::error_code pe;
     const fs::file_status ps = fs::status(parent, pe);
@@ -48,6 +85,8 @@ void check_output_file(const std::string& option, const std::string& path,
       continue;
     }
     if (!fs::is_directory(ps)) fail("{} {}: {} is not a directory", option, path, parent.string());
+    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+      fail("{} {}: directory {} is not writable", option, path, parent.string());
     break;
   }
 }
@@ -60,6 +99,11 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     if (ec) fail("{}: cannot create directory {} ({})", path, parent.string(), ec.message());
   }
   const std::string partial = path + ".partial";
+  std::error_code st;
+  const fs::file_status pst = fs::symlink_status(partial, st);
+  if (!st && fs::exists(pst) && !fs::is_regular_file(pst))
+    fail("{}: {} exists and is not a regular file (a link, FIFO, device or directory); remove it",
+         path, partial);
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) fail("{}: cannot write (is the directory writable?)", partial);

@@ -5,6 +5,7 @@
 // (writing a result over the states or model config it was computed from destroys the input).
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,9 +22,18 @@ struct InputPath {
 // regular file (directory, FIFO, device, socket).
 void check_input_file(const std::string& option, const std::string& path);
 
-// Throws statecheck::Error, naming the option and path, if `path` exists and is a directory or
-// not a regular file, if its parent exists and is not a directory, or if it is the same file as
-// one of `inputs` (by std::filesystem::equivalent when both exist). Does not create anything.
+// `p` made absolute, with symbolic links and "." / ".." resolved as far as it exists.
+std::filesystem::path resolved_path(const std::string& p);
+
+// Whether two paths name the same file: the same resolved path, or (both existing) the same
+// inode (std::filesystem::equivalent: hard links too).
+bool same_file(const std::string& a, const std::string& b);
+
+// Throws statecheck::Error, naming the option and path, if `path` ends in '/', exists and is a
+// directory or not a regular file, if `path.partial` (where it is written first) exists and is
+// not a regular file (a link, FIFO or directory), if either is the same file as one of `inputs`,
+// or if the nearest existing ancestor directory is a file or not writable. Does not create
+// anything.
 void check_output_file(const std::string& option, const std::string& path,
                        const std::vector<InputPath>& inputs);
 

@@ -36,6 +36,10 @@ Header read_header(const std::string& path, std::ifstream& in) {
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   for (int i = 7; i >= 0; --i) h.header_len = (h.header_len << 8) | len_bytes[i];
+  // Real headers are a few KB; a longer one is not a states file (and would be read into memory).
+  if (h.header_len > (uint64_t(100) << 20))
+    fail("{}: header of {} bytes is larger than 100 MB: not a safetensors states file", path,
+         h.header_len);
   if (h.header_len > h.file_size - 8)
     fail(
         "{}: header length {} runs past the end of the file ({} bytes): truncated or not a "
@@ -64,7 +68,8 @@ std::vector<std::string> safetensors_tensor_names(const std::string& path) {
   return names;
 }
 
-FloatArray read_safetensors(const std::string& path, const std::string& wanted) {
+FloatArray read_safetensors(const std::string& path, const std::string& wanted,
+                            const ShapeCheck& check) {
   std::ifstream in;
   const Header h = read_header(path, in);
   const json& j = h.json;
@@ -137,6 +142,7 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted) 
     fail("{}: tensor '{}' ends at data byte {} but the file holds only {} data bytes: truncated",
          path, name, end, data_size);
 
+  if (check) check(name, out.shape);
   std::vector<char> raw(end - begin);
   in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
   in.read(raw.data(), static_cast<std::streamsize>(raw.size()));

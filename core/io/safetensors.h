@@ -15,10 +15,12 @@ namespace statecheck {
 // Reads one tensor of a safetensors file as fp32: `name` if given, else "state" if present, else
 // the only tensor. Supported dtypes: F32, BF16, F64 (F64 rounded to fp32). Throws
 // statecheck::Error with one line naming the file and the problem: too short for its header,
-// header length past the end, bad JSON, missing dtype/shape/data_offsets, unsupported dtype, byte
-// range not matching shape x dtype size (mislabelled), data past the end of the file (truncated),
-// several tensors and none named "state".
-FloatArray read_safetensors(const std::string& path, const std::string& name = "");
+// header length past the end or above 100 MB, bad JSON, missing dtype/shape/data_offsets,
+// unsupported dtype, byte range not matching shape x dtype size (mislabelled), data past the end of
+// the file (truncated), several tensors and none named "state". `check` (if given) sees the
+// tensor's name and shape before its data are read.
+FloatArray read_safetensors(const std::string& path, const std::string& name = "",
+                            const ShapeCheck& check = nullptr);
 
 // Names of the tensors in a safetensors file (its JSON header; "__metadata__" left out), sorted.
 // Throws statecheck::Error like read_safetensors for an unreadable or malformed header.

@@ -29,37 +29,35 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
   std::ifstream probe(path, std::ios::binary);
   if (!probe) fail("{}: cannot open states file", path);
   probe.close();
-  FloatArray a = has_hdf5_signature(path) ? read_hdf5_array(path) : read_safetensors(path);
-
   const size_t L = m.linear_layer_count(), HV = m.value_heads_shard(), dv = m.head_v_dim,
                dk = m.head_k_dim;
   const std::string expected =
       fmt::format("[{}, {}, {}, {}] or [{}, N, {}, {}, {}]", L, HV, dv, dk, L, HV, dv, dk);
-  size_t N = 1;
+  // The shape is checked against the model before any data are read (a wrong file costs nothing).
+  const ShapeCheck check_shape = [&](const std::string& name, const std::vector<size_t>& s) {
+    if (s.size() != 4 && s.size() != 5)
+      fail("{}: tensor '{}' has shape {}; expected {} for model {} at TP {}", path, name,
+           shape_str(s), expected, m.name, m.tp);
+    const size_t fL = s[0], fHV = s[s.size() - 3], fdv = s[s.size() - 2], fdk = s[s.size() - 1];
+    if (fL != L)
+      fail("{}: tensor '{}' has {} layers (axis 0) but model {} has {} linear-attention layers",
+           path, name, fL, m.name, L);
+    if (fHV != HV) {
+      std::string hint;
+      if (fHV > 0 && static_cast<size_t>(m.num_value_heads) % fHV == 0)
+        hint = fmt::format(" (a file of {} heads matches --tp {})", fHV, m.num_value_heads / fHV);
+      fail("{}: tensor '{}' has {} value heads but model {} at TP {} has {} per shard{}", path,
+           name, fHV, m.name, m.tp, HV, hint);
+    }
+    if (fdv != dv || fdk != dk)
+      fail("{}: tensor '{}' has head shape [{}, {}] but model {} has [d_v, d_k] = [{}, {}]", path,
+           name, fdv, fdk, m.name, dv, dk);
+    if (s.size() == 5 && s[1] == 0) fail("{}: tensor '{}' holds no states (N = 0)", path, name);
+  };
+  FloatArray a = has_hdf5_signature(path) ? read_hdf5_array(path, "", check_shape)
+                                          : read_safetensors(path, "", check_shape);
   const auto& s = a.shape;
-  if (s.size() == 4) {
-    N = 1;
-  } else if (s.size() == 5) {
-    N = s[1];
-  } else {
-    fail("{}: tensor '{}' has shape {}; expected {} for model {} at TP {}", path, a.name,
-         shape_str(s), expected, m.name, m.tp);
-  }
-  const size_t fL = s[0], fHV = s[s.size() - 3], fdv = s[s.size() - 2], fdk = s[s.size() - 1];
-  if (fL != L)
-    fail("{}: tensor '{}' has {} layers (axis 0) but model {} has {} linear-attention layers", path,
-         a.name, fL, m.name, L);
-  if (fHV != HV) {
-    std::string hint;
-    if (fHV > 0 && static_cast<size_t>(m.num_value_heads) % fHV == 0)
-      hint = fmt::format(" (a file of {} heads matches --tp {})", fHV, m.num_value_heads / fHV);
-    fail("{}: tensor '{}' has {} value heads but model {} at TP {} has {} per shard{}", path,
-         a.name, fHV, m.name, m.tp, HV, hint);
-  }
-  if (fdv != dv || fdk != dk)
-    fail("{}: tensor '{}' has head shape [{}, {}] but model {} has [d_v, d_k] = [{}, {}]", path,
-         a.name, fdv, fdk, m.name, dv, dk);
-  if (N == 0) fail("{}: tensor '{}' holds no states (N = 0)", path, a.name);
+  const size_t N = s.size() == 5 ? s[1] : 1;
 
   StateShape shape{static_cast<int>(L), static_cast<int>(HV), static_cast<int>(dv),
                    static_cast<int>(dk)};

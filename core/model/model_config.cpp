@@ -273,13 +273,13 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   at_most(m.head_k_dim, 4096, "head_k_dim");
   at_most(m.head_v_dim, 4096, "head_v_dim");
   at_most(m.conv_width, 64, "conv_width");
-  // One layer's state beyond 2^30 elements (4 GiB in fp32; real models hold 2^19) is a typing
+  // One layer's state beyond 2^24 elements (64 MiB in fp32; real models hold 2^19) is a typing
   // mistake, and the experiments would fail on allocation instead of naming the fields.
   if (uint64_t(m.num_value_heads) * uint64_t(m.head_v_dim) * uint64_t(m.head_k_dim) >
-      (uint64_t(1) << 30))
+      (uint64_t(1) << 24))
     fail(
         "{}: one layer's state, num_value_heads x head_v_dim x head_k_dim = {} x {} x {}, has "
-        "more than 2^30 elements",
+        "more than 2^24 elements",
         origin, m.num_value_heads, m.head_v_dim, m.head_k_dim);
   if (!(m.params_billion >= 0) || !(m.params_billion <= 1e5))
     fail("{}: field 'params_billion' must be a number of billions in [0, 1e5], got {}", origin,
@@ -317,7 +317,15 @@ ModelConfig parse_model_config(const json& j, const std::string& origin, int tp)
   try {
     return parse_model_config_checked(j, origin, tp);
   } catch (const json::exception& e) {
-    // A field of the wrong JSON type (e.g. a number where a string belongs).
+    // A field of the wrong JSON type (e.g. a number where a string belongs): name the string
+    // fields that are read with a default, the usual culprits.
+    for (const char* key : {"name", "source", "ssm_dtype", "mamba_ssm_dtype", "_name_or_path",
+                            "model_type", "family"})
+      if (j.is_object() && j.contains(key) && !j[key].is_string())
+        fail("{}: field '{}' must be a string, got {}", origin, key, j[key].dump());
+    for (const char* obj : {"linear", "full_attention", "text_config", "linear_attn_config"})
+      if (j.is_object() && j.contains(obj) && !j[obj].is_object())
+        fail("{}: field '{}' must be an object, got {}", origin, obj, j[obj].dump());
     fail("{}: a field has the wrong type ({})", origin, e.what());
   }
 }
@@ -364,8 +372,9 @@ ModelConfig load_model(const std::string& name_or_path, int tp) {
            known);
     }
   }
+  if (!fs::exists(path)) fail("--model {}: no such file", path.string());
   if (!fs::is_regular_file(path))
-    fail("{}: not a regular file (expected a model config .json)", path.string());
+    fail("--model {}: not a regular file (expected a model config .json)", path.string());
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open model config", path.string());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -26,7 +26,7 @@ std::string parse_line(const std::string& text, TraceRequest& r) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
     // The parser's message quotes the offending token; keep the reason one short line.
     std::string what = e.what();
     if (what.size() > 160) what = what.substr(0, 157) + "...";

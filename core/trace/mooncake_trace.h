@@ -26,10 +26,10 @@ namespace statecheck {
 
 constexpr int kTraceBlockTokens = 512;
 constexpr int64_t kTraceMaxHashId = (int64_t{1} << 22) - 1;
-// Largest input_length or output_length a trace line may give: 2^24 tokens, 16x the longest
-// context of the models here; beyond it a line is a unit or typing mistake that would make the
-// replay allocate state for it.
-constexpr int64_t kTraceMaxTokens = int64_t{1} << 24;
+// Largest input_length or output_length a trace line may give: 2^21 tokens, twice the longest
+// context of the models here (1M); beyond it a line is a unit or typing mistake, and the replay's
+// work grows with its square.
+constexpr int64_t kTraceMaxTokens = int64_t{1} << 21;
 
 struct TraceRequest {
   int64_t line = 0;  // 1-based line in the file
