@@ -116,7 +116,20 @@ TEST(Safetensors, NegativeOffsetsAndOutOfRangeF64AreNamed) {
   write(R"({"state":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", "abcd");
   EXPECT_NE(error_of([&] {
               read_safetensors(path);
-            }).find("data_offsets [-4,0] must be non-negative byte offsets"),
+            }).find("data_offsets [-4,0] must be two non-negative byte offsets"),
+            std::string::npos);
+  // A damaged entry of another tensor, or two tensors sharing bytes, are refused too.
+  write(R"({"state":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+        R"("other":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+        "abcdefgh");
+  EXPECT_NE(error_of([&] {
+              read_safetensors(path);
+            }).find("tensors 'state' and 'other' overlap in the data (bytes [0, 4) and [2, 6))"),
+            std::string::npos);
+  write(R"({"state":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+        R"("other":{"dtype":"F32","shape":[1],"data_offsets":[4,99]}})",
+        "abcdefgh");
+  EXPECT_NE(error_of([&] { read_safetensors(path); }).find("tensor 'other' ends at data byte 99"),
             std::string::npos);
   const double big[2] = {1.0, 1e300};
   write(R"({"state":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})",

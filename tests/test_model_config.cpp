@@ -183,6 +183,8 @@ TEST(ModelConfig, OutOfRangeFieldsAreNamed) {
       {[](json& j) { j["full_attention_layers"] = json::array({4294967298ull}); },
        "field 'full_attention_layers[0]' = 4294967298 is outside [-1e6, 1e6]"},
       {[](json& j) { j["name"] = ""; }, "field 'name' must be a non-empty string"},
+      {[](json& j) { j["name"] = "a\nb"; },
+       "field 'name' has a control character (code 10) at position 1"},
       {[](json& j) { j["default_tp"] = 0; }, "field 'default_tp' must be positive"},
       {[](json& j) { j["params_billion"] = 1e308; }, "field 'params_billion'"},
       {[](json& j) { j["full_attention"]["num_kv_heads"] = 0; },

@@ -79,6 +79,30 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted,
   std::vector<std::string> names;
   for (auto it = j.begin(); it != j.end(); ++it)
     if (it.key() != "__metadata__") names.push_back(it.key());
+  // Every tensor's byte range, not only the one read: non-negative, inside the data, and no two
+  // overlapping (as the safetensors format requires), so that a damaged header is not half used.
+  std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> ranges;
+  for (const std::string& n : names) {
+    const json& e = j[n];
+    if (!e.is_object() || !e.contains("data_offsets")) continue;  // named below if it is read
+    const json& off = e["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
+      fail("{}: tensor '{}': data_offsets {} must be two non-negative byte offsets [begin, end]",
+           path, n, off.dump());
+    const uint64_t b = off[0].get<uint64_t>(), e_ = off[1].get<uint64_t>();
+    if (e_ < b) fail("{}: tensor '{}': data_offsets [{}, {}] are reversed", path, n, b, e_);
+    if (e_ > data_size)
+      fail("{}: tensor '{}' ends at data byte {} but the file holds only {} data bytes: truncated",
+           path, n, e_, data_size);
+    ranges.push_back({{b, e_}, n});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t r = 1; r < ranges.size(); ++r)
+    if (ranges[r].first.first < ranges[r - 1].first.second)
+      fail("{}: tensors '{}' and '{}' overlap in the data (bytes [{}, {}) and [{}, {}))", path,
+           ranges[r - 1].second, ranges[r].second, ranges[r - 1].first.first,
+           ranges[r - 1].first.second, ranges[r].first.first, ranges[r].first.second);
   std::string name = wanted;
   if (name.empty()) {
     if (j.contains("state"))

@@ -253,6 +253,11 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   positive(m.default_tp, "default_tp");
   positive(m.tp, "tp");
   if (m.name.empty()) fail("{}: field 'name' must be a non-empty string", origin);
+  for (size_t i = 0; i < m.name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(m.name[i]);
+    if (c < 0x20 || c == 0x7f)  // it is printed in logs and stored in result files
+      fail("{}: field 'name' has a control character (code {}) at position {}", origin, int(c), i);
+  }
   const FullAttentionSpec& fa = m.full_attention;
   if (fa.kind == FullAttentionSpec::Kind::mla) {
     positive(fa.kv_lora_rank, "full_attention.kv_lora_rank");
