@@ -75,9 +75,10 @@ std::string trace_path(const Options& o);
 // The files a run reads: --states, --trace and --model when it names a file.
 std::vector<InputPath> run_inputs(const Options& o);
 
-// Refuses, before any work, result paths that would destroy something (check_output_file): the
-// result file `out` and the summary JSON (if any) must not be directories, devices or FIFOs, nor
-// one of the run's inputs, nor each other. Throws statecheck::Error naming the option and path.
+// Refuses, before any work, result paths that would destroy something: each of `outs` and the
+// summary JSON (if any) passes check_output_file against the run's inputs, no two of them (or
+// their partial files) are one file, and none lies inside the data directory, whose shipped files
+// runs read without naming them. Throws statecheck::Error naming the option and path.
 void check_run_outputs(const Options& o, const std::vector<std::string>& outs);
 
 // Refuses a --drive whose gate kind does not match the model (check_drive_matches_model), for

@@ -368,26 +368,17 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
   const H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);
   herr_t status = -1;
+  std::vector<double> f64;
   if (cls == H5T_FLOAT && size == 4) {
     out.dtype = "F32";
     out.data.resize(n);
     status = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data.data());
   } else if (cls == H5T_FLOAT && size == 8) {
     // Read as doubles: HDF5's own conversion would turn values beyond the fp32 range into inf.
+    // (converted below, once the handles are closed).
     out.dtype = "F64";
-    std::vector<double> d(n);
-    status = H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.data());
-    out.data.resize(n);
-    for (size_t i = 0; status >= 0 && i < n; ++i) {
-      if (std::isfinite(d[i]) && std::fabs(d[i]) > std::numeric_limits<float>::max()) {
-        H5Tclose(type);
-        H5Sclose(space);
-        H5Dclose(ds);
-        fail("{}: dataset '{}': F64 value {} at flat index {} is outside the fp32 range", path,
-             name, d[i], i);
-      }
-      out.data[i] = static_cast<float>(d[i]);
-    }
+    f64.resize(n);
+    status = H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, f64.data());
   } else if (cls == H5T_INTEGER && size == 2 && read_string_attr(ds, "dtype") == "bf16") {
     out.dtype = "BF16";
     std::vector<uint16_t> bits(n);
@@ -404,6 +395,15 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
         "attribute dtype=\"bf16\")",
         path, name);
   if (status < 0) fail("{}: reading dataset '{}' failed (truncated file?)", path, name);
+  if (!f64.empty()) {
+    out.data.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isfinite(f64[i]) && std::fabs(f64[i]) > std::numeric_limits<float>::max())
+        fail("{}: dataset '{}': F64 value {} at flat index {} is outside the fp32 range", path,
+             name, f64[i], i);
+      out.data[i] = static_cast<float>(f64[i]);
+    }
+  }
   return out;
 }
 

@@ -37,6 +37,16 @@ bool same_file(const std::string& a, const std::string& b) {
 
 namespace {
 
+// Where `path` is written first: whatever sits at `partial` must be an ordinary file (a FIFO would
+// block, a link would be written through).
+void check_partial_slot(const std::string& shown, const std::string& partial) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(partial, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    fail("{}: {} exists and is not a regular file (a link, FIFO, device or directory); remove it",
+         shown, partial);
+}
+
 // `path` (a result or its partial file) against the inputs: refused if it is one of them.
 void check_not_an_input(const std::string& option, const std::string& shown,
                         const std::string& path, const std::vector<InputPath>& inputs) {
@@ -64,15 +74,9 @@ void check_output_file(const std::string& option, const std::string& path,
           option, path);
   }
   check_not_an_input(option, path, path, inputs);
-  // The result is written to path.partial first: whatever sits there must be an ordinary file
-  // (a FIFO would block, a link would be written through), and not an input.
+  // The result is written to path.partial first: an ordinary file there, and not an input.
   const std::string partial = path + ".partial";
-  const fs::file_status pst = fs::symlink_status(partial, ec);
-  if (!ec && fs::exists(pst) && !fs::is_regular_file(pst))
-    fail(
-        "{} {}: {} exists and is not a regular file (a link, FIFO, device or directory); remove "
-        "it",
-        option, path, partial);
+  check_partial_slot(option + " " + path, partial);
   check_not_an_input(option, path, partial, inputs);
   // The nearest existing ancestor must be a writable directory (create_directories would fail on
   // a file; a read-only one would fail only after the work).
@@ -99,11 +103,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     if (ec) fail("{}: cannot create directory {} ({})", path, parent.string(), ec.message());
   }
   const std::string partial = path + ".partial";
-  std::error_code st;
-  const fs::file_status pst = fs::symlink_status(partial, st);
-  if (!st && fs::exists(pst) && !fs::is_regular_file(pst))
-    fail("{}: {} exists and is not a regular file (a link, FIFO, device or directory); remove it",
-         path, partial);
+  check_partial_slot(path, partial);
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) fail("{}: cannot write (is the directory writable?)", partial);

@@ -32,17 +32,22 @@ std::string data_dir() {
 
 namespace {
 
-// Reads a required integer field, naming the origin and the field path on failure.
-int get_int(const json& j, const char* key, const std::string& origin, const std::string& where) {
-  if (!j.is_object() || !j.contains(key)) fail("{}: missing field '{}{}'", origin, where, key);
-  const json& v = j.at(key);
-  if (!v.is_number_integer()) fail("{}: field '{}{}' must be an integer", origin, where, key);
+// An integer value of a config within [-1e6, 1e6]; `field` names it in the error ("linear.x",
+// "full_attention_layers[3]"), which quotes the value as written.
+int bounded_int(const json& v, const std::string& origin, const std::string& field) {
+  if (!v.is_number_integer()) fail("{}: field '{}' must be an integer", origin, field);
   const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)
                         ? INT64_MAX
                         : v.get<int64_t>();
   if (x < -1000000 || x > 1000000)
-    fail("{}: field '{}{}' = {} is outside [-1e6, 1e6]", origin, where, key, v.dump());
+    fail("{}: field '{}' = {} is outside [-1e6, 1e6]", origin, field, v.dump());
   return static_cast<int>(x);
+}
+
+// Reads a required integer field, naming the origin and the field path on failure.
+int get_int(const json& j, const char* key, const std::string& origin, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) fail("{}: missing field '{}{}'", origin, where, key);
+  return bounded_int(j.at(key), origin, where + key);
 }
 
 int get_int_or(const json& j, const char* key, int fallback, const std::string& origin,
@@ -57,15 +62,8 @@ std::vector<int> get_int_list(const json& j, const char* key, const std::string&
   const json& v = j.at(key);
   if (!v.is_array()) fail("{}: field '{}{}' must be a list of integers", origin, where, key);
   std::vector<int> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer())
-      fail("{}: field '{}{}[{}]' must be an integer", origin, where, key, i);
-    const bool huge = v[i].is_number_unsigned() && v[i].get<uint64_t>() > uint64_t(1000000);
-    const int64_t x = huge ? INT64_MAX : v[i].get<int64_t>();
-    if (x < -1000000 || x > 1000000)
-      fail("{}: field '{}{}[{}]' = {} is outside [-1e6, 1e6]", origin, where, key, i, v[i].dump());
-    out.push_back(static_cast<int>(x));
-  }
+  for (size_t i = 0; i < v.size(); ++i)
+    out.push_back(bounded_int(v[i], origin, fmt::format("{}{}[{}]", where, key, i)));
   return out;
 }
 

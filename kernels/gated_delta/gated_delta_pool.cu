@@ -698,34 +698,58 @@ void launch_rows8_variant(const GatedDeltaPoolArgs& a, const Params& p, cudaStre
     gated_delta_pool_rows8_kernel<NCH, false, StateT, PREFETCH, RPL><<<grid, block, 0, stream>>>(p);
 }
 
-// Decode launches (max_seq_len == 1) of bf16 states with d_k <= 128 take the packed kernel;
-// other decode launches the rows8 variant without the one-token-ahead input registers and with 4
-// rows per lane (64 rows per block: more loads in flight per thread, half the blocks), or 2 for
-// d_k = 256; longer sequences prefetch inputs with 2 rows per lane.
+// The kernel launch `a` takes, given its staged plan: the one decision behind both
+// gated_delta_pool and gated_delta_pool_variant. Decode launches (max_seq_len == 1) of fp32
+// states run staged when the plan has a grid; of bf16 states with d_k <= 128, packed; other decode
+// launches the rows8 variant without the one-token-ahead input registers; longer sequences the
+// rows8 kernel with input prefetch; d_k outside {32, 64, 128, 256} the general kernel.
+GatedDeltaKernel choose_kernel(const GatedDeltaPoolArgs& a, const StagedPlan& staged) {
+  if (staged.grid > 0) return GatedDeltaKernel::staged_decode;
+  if (a.dk != 32 && a.dk != 64 && a.dk != 128 && a.dk != 256) return GatedDeltaKernel::general;
+  if (a.max_seq_len != 1) return GatedDeltaKernel::rows8;
+  return a.state_dtype == PoolDtype::bf16 && a.dk <= 128 ? GatedDeltaKernel::packed_bf16_decode
+                                                         : GatedDeltaKernel::rows8_decode;
+}
+
+// Launches rows8-layout kernel `k` for d_k = 32 NCH: rows8 with 2 rows per lane and input
+// prefetch; rows8_decode with 4 rows per lane (64 rows per block: more loads in flight per
+// thread, half the blocks), 2 for d_k = 256; packed_bf16_decode with 4 packed rows per lane.
 template <int NCH, typename StateT>
-void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
-  if (a.max_seq_len != 1) {
-    launch_rows8_variant<NCH, true, 2, StateT>(a, p, stream);
-  } else if constexpr (NCH > 4) {
-    launch_rows8_variant<NCH, false, 2, StateT>(a, p, stream);
-  } else if constexpr (std::is_same_v<StateT, float>) {
-    launch_rows8_variant<NCH, false, 4, float>(a, p, stream);
-  } else {
-    const int rows_per_block = kWarps * 4 * kPackedRowsPerLane;
-    const dim3 grid(a.num_seqs, a.HV, (a.dv + rows_per_block - 1) / rows_per_block);
-    if (a.gate == GateKind::kda)
-      gated_delta_decode_bf16_packed_kernel<NCH, true><<<grid, kWarps * 32, 0, stream>>>(p);
-    else
-      gated_delta_decode_bf16_packed_kernel<NCH, false><<<grid, kWarps * 32, 0, stream>>>(p);
+void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, GatedDeltaKernel k,
+                  cudaStream_t stream) {
+  constexpr bool kBf16 = std::is_same_v<StateT, __nv_bfloat16>;
+  switch (k) {
+    case GatedDeltaKernel::rows8:
+      return launch_rows8_variant<NCH, true, 2, StateT>(a, p, stream);
+    case GatedDeltaKernel::rows8_decode:
+      if constexpr (NCH > 4 || !kBf16)
+        return launch_rows8_variant<NCH, false, (NCH > 4 ? 2 : 4), StateT>(a, p, stream);
+      break;
+    case GatedDeltaKernel::packed_bf16_decode:
+      if constexpr (NCH <= 4 && kBf16) {
+        const int rows_per_block = kWarps * 4 * kPackedRowsPerLane;
+        const dim3 grid(a.num_seqs, a.HV, (a.dv + rows_per_block - 1) / rows_per_block);
+        if (a.gate == GateKind::kda)
+          gated_delta_decode_bf16_packed_kernel<NCH, true><<<grid, kWarps * 32, 0, stream>>>(p);
+        else
+          gated_delta_decode_bf16_packed_kernel<NCH, false><<<grid, kWarps * 32, 0, stream>>>(p);
+        return;
+      }
+      break;
+    default:
+      break;
   }
+  fail("gated_delta_pool: no {} kernel for d_k = {} and {} states", gated_delta_kernel_name(k),
+       NCH * 32, kBf16 ? "bf16" : "fp32");
 }
 
 template <int NCH>
-void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t stream) {
+void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, GatedDeltaKernel k,
+                  cudaStream_t stream) {
   if (a.state_dtype == PoolDtype::fp32)
-    launch_rows8<NCH, float>(a, p, stream);
+    launch_rows8<NCH, float>(a, p, k, stream);
   else
-    launch_rows8<NCH, __nv_bfloat16>(a, p, stream);
+    launch_rows8<NCH, __nv_bfloat16>(a, p, k, stream);
 }
 
 template <int VEC, int NCHUNK>
@@ -784,22 +808,24 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   p.beta = a.beta;
   p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
   const StagedPlan staged = staged_decode_plan(a);
-  if (staged.grid > 0) {
+  const GatedDeltaKernel k = choose_kernel(a, staged);
+  if (k == GatedDeltaKernel::staged_decode) {
     if (a.gate == GateKind::kda)
       gated_delta_decode_pipelined_kernel<true>
           <<<staged.grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, staged.tiles);
     else
       gated_delta_decode_pipelined_kernel<false>
           <<<staged.grid, kPipeWarps * 32, kPipeSharedBytes, stream>>>(p, staged.tiles);
-  } else if (a.dk == 128)
-    launch_rows8<4>(a, p, stream);
-  else if (a.dk == 64)
-    launch_rows8<2>(a, p, stream);
-  else if (a.dk == 256)
-    launch_rows8<8>(a, p, stream);
-  else if (a.dk == 32)
-    launch_rows8<1>(a, p, stream);
-  else if (a.dk % 4 == 0 && a.dk <= 128)
+  } else if (k != GatedDeltaKernel::general) {
+    if (a.dk == 128)
+      launch_rows8<4>(a, p, k, stream);
+    else if (a.dk == 64)
+      launch_rows8<2>(a, p, k, stream);
+    else if (a.dk == 256)
+      launch_rows8<8>(a, p, k, stream);
+    else
+      launch_rows8<1>(a, p, k, stream);
+  } else if (a.dk % 4 == 0 && a.dk <= 128)
     launch_shape<4, 1>(a, p, stream);
   else if (a.dk % 4 == 0)
     launch_shape<4, 2>(a, p, stream);
@@ -811,12 +837,7 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
 }
 
 GatedDeltaKernel gated_delta_pool_variant(const GatedDeltaPoolArgs& a) {
-  if (staged_decode_plan(a).grid > 0) return GatedDeltaKernel::staged_decode;
-  const bool rows8 = a.dk == 32 || a.dk == 64 || a.dk == 128 || a.dk == 256;
-  if (!rows8) return GatedDeltaKernel::general;
-  if (a.max_seq_len != 1) return GatedDeltaKernel::rows8;
-  return a.state_dtype == PoolDtype::bf16 && a.dk <= 128 ? GatedDeltaKernel::packed_bf16_decode
-                                                         : GatedDeltaKernel::rows8_decode;
+  return choose_kernel(a, staged_decode_plan(a));
 }
 
 const char* gated_delta_kernel_name(GatedDeltaKernel k) {
