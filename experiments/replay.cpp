@@ -29,10 +29,11 @@
 //                    older state and only records the branching point for the turn after it.
 //
 // Reported per mode: token hit rate = sum(cached tokens) / sum(prompt tokens), state hits
-// (admissions with a hit), dequantize loads (int8 copy-on-write loads), evictions (nodes evicted by
-// evict_full + states evicted by evict_state), hit rate per minute of trace time, wall time. The
-// trace's own prefix reuse (block and token granularity, infinite cache) is recomputed as a parser
-// check, and a match+insert benchmark replays every prompt through a bare radix tree.
+// (admissions with a hit), dequantize loads (the copy-on-write loads: int8 dequantizes, bf16 slot
+// copies), evictions (nodes evicted by evict_full + states evicted by evict_state), hit rate per
+// minute of trace time, wall time. The trace's own prefix reuse (block and token granularity,
+// infinite cache) is recomputed as a parser check, and a match+insert benchmark replays every
+// prompt through a bare radix tree.
 #include <chrono>
 #include <numeric>
 
@@ -288,8 +289,9 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
       curve[k * bins + b] = prompt[b] > 0 ? hit[b] / prompt[b] : 0.0;
     std::sort(ttft.begin(), ttft.end());
     const double rate = pt > 0 ? static_cast<double>(cached) / static_cast<double>(pt) : 0.0;
-    const bool int8 = run.config.cache.mode == CacheMode::int8;
-    const int64_t dequant = int8 ? run.counters.cow_loads : 0;  // bf16: loads are slot copies
+    // The dequantize fire count per mode (spec cache.md section 4): the copy-on-write loads, int8
+    // dequantizes in int8 mode and slot copies in bf16 mode.
+    const int64_t dequant = run.counters.cow_loads;
     const int64_t evictions = run.tree.full_evicted_nodes + run.tree.state_evictions;
     const std::string mg = g + "/" + run.mode;
     file.group(mg);

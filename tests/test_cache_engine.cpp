@@ -382,3 +382,34 @@ TEST(CacheWorkload, FewShotDequantizeLoadsByStrategy) {
     EXPECT_EQ(b.cow_load[i], 1) << "request " << i;
   EXPECT_GE(b.cached[2 * p.parallel], 256);  // at least the branching point floor(300 / 64) * 64
 }
+
+// The unbounded reference of `replay` matches KV only (every node counts as holding a state), so
+// a request can hit, and lock, a tombstone. Here the second request's match splits the first
+// request's leaf at 1535 tokens and locks that tombstone; the third splits again one token deeper;
+// the second, finishing, donates its state exactly at its locked tombstone. Its release must
+// unlock what it locked (once a state lock without a state lock count, an error at the release).
+TEST(CacheKvOnlyMatch, StateInsertedAtALockedTombstoneIsReleasedCleanly) {
+  EngineConfig cfg = small_config(CacheMode::int8, CacheStrategy::no_buffer);
+  cfg.cache.payload = false;
+  cfg.cache.kv_only_match = true;
+  Engine engine(cfg);
+  auto blocks = [](std::vector<int32_t> hashes) {  // replay's mapping: block h -> h * 512 + j
+    std::vector<int32_t> t;
+    for (int32_t h : hashes)
+      for (int32_t j = 0; j < 512; ++j) t.push_back(h * 512 + j);
+    return t;
+  };
+  RequestSpec a{blocks({0, 1, 2, 3}), 1, 0.0, 0};
+  RequestSpec b{blocks({0, 1, 2}), 1, 1000.0, 1};
+  RequestSpec c{blocks({0, 1, 2, 4}), 5, 1000.0, 2};
+  engine.submit(a);
+  engine.submit(b);
+  engine.submit(c);
+  engine.run();
+  engine.check();
+  const CacheCounters& k = engine.cache().counters();
+  EXPECT_EQ(k.admissions, 3);
+  EXPECT_EQ(k.prompt_tokens, 2048 + 1536 + 2048);
+  EXPECT_EQ(k.hit_tokens, 1535 + 1536);  // b: all but its last token; c: b's split + 1 token
+  EXPECT_EQ(k.state_hits, 2);
+}

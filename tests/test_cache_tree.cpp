@@ -200,6 +200,57 @@ TEST(CacheRadixTree, LruListsFollowAccessOrder) {
   f.tree.check(true);
 }
 
+// SGLang _split_node re-inserts a child that holds a state at the most recent end of the state
+// list. A match that splits [1 2 3 4 5 6] (hit: the root, no refresh) leaves it more recent than
+// [7 8 9], inserted after it, so the state eviction takes [7 8 9].
+TEST(CacheRadixTree, SplitMovesTheChildToTheRecentEndOfTheStateList) {
+  Fixture f;
+  const RadixInsert a = f.insert({1, 2, 3, 4, 5, 6});
+  const RadixInsert b = f.insert({7, 8, 9});
+  const RadixMatch m = f.match({1, 2, 3, 0});
+  EXPECT_EQ(m.hit_node, RadixTree::kRoot);
+  EXPECT_EQ(f.tree.counters().splits, 1);
+  EXPECT_GT(f.tree.node(a.node).state_tick, f.tree.node(b.node).state_tick);
+  EXPECT_EQ(f.tree.evict_state(1), 1);
+  EXPECT_FALSE(f.tree.node(b.node).live);
+  EXPECT_TRUE(f.tree.node(a.node).live);
+  f.tree.check(true);
+}
+
+// Under KV-only matching a request can lock a tombstone (its hit need not hold a state). A state
+// inserted there afterwards is protected by that lock, and the unlock releases it: the tree must
+// not lose track of which lock protects what.
+TEST(CacheRadixTree, LockOnATombstoneProtectsAStateInsertedThereLater) {
+  Fixture f;
+  const RadixInsert a = f.insert({1, 2, 3, 4, 5, 6});
+  const RadixInsert b = f.insert({1, 2, 3, 9, 9});
+  const int32_t t = f.tree.node(a.node).parent;  // [1 2 3], a tombstone made by the split
+  ASSERT_EQ(f.tree.node(t).state, kNoSlot);
+  f.tree.lock(t);
+  EXPECT_EQ(f.tree.node(t).state_lock, 0);
+  EXPECT_EQ(f.tree.node(t).own_locks, 1);
+  EXPECT_EQ(f.tree.state_protected(), 0);
+  const RadixInsert c = f.insert({1, 2, 3});  // the tombstone gets a state
+  ASSERT_EQ(c.node, t);
+  EXPECT_EQ(f.tree.node(t).state_lock, 1);
+  EXPECT_EQ(f.tree.state_protected(), 1);
+  EXPECT_EQ(f.tree.state_evictable(), 2);
+  f.tree.check(false);
+  EXPECT_EQ(f.tree.evict_state(3), 2);  // both leaves; the locked state stays
+  EXPECT_FALSE(f.tree.node(a.node).live);
+  EXPECT_FALSE(f.tree.node(b.node).live);
+  EXPECT_NE(f.tree.node(t).state, kNoSlot);
+  f.tree.unlock(t);
+  EXPECT_EQ(f.tree.state_evictable(), 1);
+  EXPECT_EQ(f.tree.state_protected(), 0);
+  EXPECT_THROW(f.tree.unlock(t), Error);
+  f.tree.check(true);
+  EXPECT_EQ(f.tree.evict_state(1), 1);  // now a leaf: evicted fully
+  EXPECT_EQ(f.tree.node_count(), 1);
+  EXPECT_EQ(f.kv.available(), 100);
+  EXPECT_EQ(f.states.available(), 10);
+}
+
 TEST(CacheRadixTree, ResetFreesEverythingAndRefusesLockedNodes) {
   Fixture f;
   const RadixInsert a = f.insert({1, 2, 3});

@@ -32,6 +32,7 @@ RadixTree::RadixTree(KvPool& kv, SlotAllocator& states, int chunk_granularity)
   root.live = true;
   root.full_lock = 1;  // the root is always locked and in no list
   root.state_lock = 1;
+  root.own_locks = 1;
   live_nodes_ = 1;
 }
 
@@ -134,8 +135,8 @@ int32_t RadixTree::state_lru_unlocked(int32_t from) const {
 
 // SGLang _split_node: the new parent takes key[0, p), no state, the child's full lock and state
 // lock 0; the child keeps key[p, ..) and its state. Full list: the new node, then the child, move
-// to the most recent end (the child more recent). The state list is not touched (the set of states
-// does not change).
+// to the most recent end (the child more recent); a child holding a state also moves to the most
+// recent end of the state list (SGLang re-inserts it there: mamba_lru_list.insert_mru(child)).
 int32_t RadixTree::split(int32_t child, int64_t p) {
   const int32_t nid = new_node();  // may reallocate nodes_: take references afterwards
   RadixNode& c = nodes_[child];
@@ -145,6 +146,7 @@ int32_t RadixTree::split(int32_t child, int64_t p) {
   n.state = kNoSlot;
   n.full_lock = c.full_lock;
   n.state_lock = 0;
+  n.own_locks = 0;
   n.num_children = 1;
   c.key.erase(c.key.begin(), c.key.begin() + p);
   c.parent = nid;
@@ -153,6 +155,7 @@ int32_t RadixTree::split(int32_t child, int64_t p) {
   list_remove(full_, child);
   touch_full(nid);
   touch_full(child);
+  if (nodes_[child].state != kNoSlot) touch_state(child);
   ++counters_.splits;
   ++counters_.tombstones_created;
   return nid;
@@ -255,10 +258,12 @@ RadixInsert RadixTree::insert(const int32_t* tokens, int64_t n, int32_t state,
     ++state_evictable_;
     r.node = leaf;
   } else if (nodes_[node].state == kNoSlot) {
-    nodes_[node].state = state;
+    RadixNode& t = nodes_[node];
+    t.state = state;
+    t.state_lock = t.own_locks;  // locks taken on the tombstone now protect its state
     touch_full(node);
     touch_state(node);
-    ++state_evictable_;
+    ++(t.state_lock == 0 ? state_evictable_ : state_protected_);
     r.node = node;
   } else {
     r.state_exists = true;
@@ -282,6 +287,7 @@ void RadixTree::lock(int32_t node) {
     }
     ++n0.state_lock;
   }
+  ++n0.own_locks;
   for (int32_t x = node; x != kRoot; x = nodes_[x].parent) {
     RadixNode& n = nodes_[x];
     if (n.full_lock == 0) {
@@ -296,6 +302,7 @@ void RadixTree::unlock(int32_t node) {
   RadixNode& n0 = nodes_.at(static_cast<size_t>(node));
   if (!n0.live) fail("radix unlock: node {} is not in the tree", node);
   if (node == kRoot) return;
+  if (n0.own_locks <= 0) fail("radix unlock: node {} is not locked", node);
   if (n0.state != kNoSlot) {
     if (n0.state_lock <= 0)
       fail("radix unlock: node {} holds state slot {} with state lock 0", node, n0.state);
@@ -305,6 +312,7 @@ void RadixTree::unlock(int32_t node) {
     }
     --n0.state_lock;
   }
+  --n0.own_locks;
   for (int32_t x = node; x != kRoot; x = nodes_[x].parent) {
     RadixNode& n = nodes_[x];
     if (n.full_lock <= 0) fail("radix unlock: node {} has full lock 0", x);
@@ -458,6 +466,10 @@ void RadixTree::check(bool idle) const {
            n.state_lock);
     if (n.state_lock > 0 && n.state == kNoSlot)
       fail("radix invariant: tombstone {} has a state lock", id);
+    if (n.own_locks < 0 || n.own_locks > n.full_lock ||
+        (n.state != kNoSlot && n.state_lock != n.own_locks))
+      fail("radix invariant: node {} has {} locks of its own (full lock {}, state lock {})", id,
+           n.own_locks, n.full_lock, n.state_lock);
     if (!n.full.in) fail("radix invariant: node {} is not in the full LRU list", id);
     if (n.stat.in != (n.state != kNoSlot))
       fail("radix invariant: node {} state-list membership {} but state slot {}", id, n.stat.in,

@@ -39,7 +39,8 @@ struct RadixNode {
   std::vector<int32_t> key;  // token ids of this edge; its KV is key.size() tokens
   int32_t state = kNoSlot;   // state slot, or kNoSlot (tombstone)
   int32_t full_lock = 0;
-  int32_t state_lock = 0;
+  int32_t state_lock = 0;  // == own_locks while the node holds a state; 0 for a tombstone
+  int32_t own_locks = 0;   // lock() calls on this node itself (not through a descendant)
   int32_t num_children = 0;
   uint64_t full_tick = 0;   // last access in the full list's order
   uint64_t state_tick = 0;  // last access in the state list's order
@@ -87,9 +88,11 @@ class RadixTree {
   // an edge splits that node (matching mutates the tree). Returns the depth and node of the
   // deepest state-holding node on the path (the hit), the tokens walked and the branching point
   // floor(walked / Cg) * Cg when the walk went deeper than the hit (-1 when none or 0).
-  // LRU refresh (SGLang _match_post_processor): the hit node and all its ancestors move to the
-  // most recent end of the full list (the hit most recent); only the hit node moves in the state
-  // list. Nodes walked below the hit are not refreshed. n == 0 returns the root, no refresh.
+  // LRU refresh: the hit node and all its ancestors move to the most recent end of the full list
+  // (the hit most recent; SGLang _match_post_processor); only the hit node moves in the state list
+  // (spec cache.md section 2; SGLang also moves the hit's state-holding ancestors). Nodes walked
+  // below the hit are not refreshed; a split on the way refreshes its child (see split). n == 0
+  // returns the root, no refresh.
   // `every_node_has_state` (SGLang skip_mamba_match, KV-only matching): every node counts as
   // holding a state, so the hit is the whole walk; used only for the unbounded reference cache.
   RadixMatch match(const int32_t* tokens, int64_t n, bool every_node_has_state = false);
@@ -105,7 +108,10 @@ class RadixTree {
 
   // lock (SGLang inc_lock_ref): state lock on `node` only when it holds a state (0 -> 1 moves it
   // from evictable to protected); full lock on `node` and every ancestor up to the root
-  // (exclusive). unlock reverses it; unlocking an unlocked node throws statecheck::Error.
+  // (exclusive). unlock reverses it; unlocking an unlocked node throws statecheck::Error. A lock
+  // taken on a tombstone (possible only under KV-only matching, where a hit need not hold a state)
+  // is counted on the node (own_locks): a state inserted there later starts with that many state
+  // locks, so the unlock finds what it releases (SGLang never locks a tombstone).
   void lock(int32_t node);
   void unlock(int32_t node);
 
