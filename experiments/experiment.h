@@ -133,6 +133,12 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 int run_experiment(const Options& o);
 int run_suite(const Options& o);
 
+// The options `suite` runs experiment `e` with: the suite's own, with --out set to
+// `dir`/<name>.h5, --device cpu for experiments without a CUDA path, and for kl the shipped tiny
+// model unless --model names a tiny-model config (the suite's serving model is for the others).
+Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
+                                 const std::string& dir);
+
 // Prints the rows of the thresholds that apply to `summary` with their headroom; returns the
 // number of failing rows.
 int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& rows);

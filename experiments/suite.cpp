@@ -15,7 +15,9 @@
 
 #include <fmt/format.h>
 
+#include "core/io/paths.h"
 #include "core/io/run_info.h"
+#include "core/tinylm/tinylm.h"
 #include "core/trace/mooncake_trace.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
@@ -66,6 +68,17 @@ void make_plots(const std::string& dir) {
 
 }  // namespace
 
+Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
+                                 const std::string& dir) {
+  Options o = base;
+  if (!e.cuda_path) o.device = "cpu";
+  if (e.name == "kl" && o.model_given && tinylm_config_for(o.model) != o.model)
+    o.model_given = false;  // kl's own check refuses a serving model given with --model
+  o.experiment = e.name;
+  o.out = dir + "/" + e.name + ".h5";
+  return o;
+}
+
 int run_suite(const Options& base) {
   const std::string dir = base.out.empty() ? "results" : base.out;
   {
@@ -76,6 +89,12 @@ int run_suite(const Options& base) {
   const std::string summary_path = base.summary.empty() ? dir + "/summary.json" : base.summary;
   const ModelConfig model = options_model(base);
   check_drive_option(base, model);
+  if (model.full_layer_count() == 0)
+    fail(
+        "suite: model {} has no full-attention layers (no KV cache); memory, capacity, firecount "
+        "and replay model a hybrid serving model. Run codec, chain or kl on it alone, or give "
+        "suite a serving model (--model, data/models/)",
+        model.name);
   {
     // Every file the suite will write, checked before any work (check_run_outputs).
     Options o = base;
@@ -89,11 +108,8 @@ int run_suite(const Options& base) {
   for (const auto& e : experiment_registry())
     if (e.in_suite && e.name == "replay")
       load_mooncake_trace(trace_path(base), parse_bad_lines(base.trace_bad_lines));
-  {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) fail("--out {}: cannot create the result directory ({})", dir, ec.message());
-  }
+  // Removed again (if empty) when the suite fails; kept once its files are committed.
+  CreatedDirectories result_dir("--out " + dir, dir);
   Summary all;
   fmt::print("suite: model {} at TP {}, {} protocol, results in {}/\n", model.name, model.tp,
              base.quick ? "quick" : "full", dir);
@@ -107,10 +123,10 @@ int run_suite(const Options& base) {
   std::vector<std::unique_ptr<H5Writer>> files;
   for (const auto& e : experiment_registry()) {
     if (!e.in_suite) continue;
-    Options o = base;
-    if (!e.cuda_path) o.device = "cpu";
-    o.experiment = e.name;
-    o.out = dir + "/" + e.name + ".h5";
+    const Options o = suite_experiment_options(base, e, dir);
+    if (e.name == "kl" && base.model_given && !o.model_given)
+      fmt::print("kl: runs the shipped tiny language model; --model {} applies to the others\n",
+                 base.model);
     fmt::print("\n==== {} : {}\n", e.name, e.description);
     files.push_back(std::make_unique<H5Writer>(o.out));
     H5Writer& file = *files.back();
@@ -130,6 +146,7 @@ int run_suite(const Options& base) {
   if (skipped) fmt::print("  ({} limits not measured by this build or protocol)\n", skipped);
   write_summary_json(summary_path, all, &rows);
   for (auto& f : files) f->commit();
+  result_dir.keep();
   fmt::print("\nwrote {}/*.h5 and {}\n", dir, summary_path);
   make_plots(dir);
   if (failures > 0) {

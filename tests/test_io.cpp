@@ -370,6 +370,31 @@ TEST(Hdf5, FailedWriterRemovesTheDirectoriesItCreated) {
   EXPECT_TRUE(fs::exists(root + "/a/b/r.h5"));
 }
 
+// CreatedDirectories removes only what it made, only if empty, and nothing once kept.
+TEST(Paths, CreatedDirectoriesAreRemovedWhenEmptyUnlessKept) {
+  const std::string root = temp_path("made");
+  fs::remove_all(root);
+  fs::create_directories(root);
+  { CreatedDirectories d("test", root + "/a/b/c"); }
+  EXPECT_TRUE(fs::is_directory(root));  // existed before: untouched
+  EXPECT_FALSE(fs::exists(root + "/a"));
+  {
+    CreatedDirectories d("test", root + "/a/b");
+    std::ofstream(root + "/a/b/f") << "x";
+  }
+  EXPECT_TRUE(fs::exists(root + "/a/b/f"));  // not empty: kept
+  fs::remove_all(root + "/a");
+  {
+    CreatedDirectories d("test", root + "/a/b");
+    d.keep();
+  }
+  EXPECT_TRUE(fs::is_directory(root + "/a/b"));
+  std::ofstream(root + "/file") << "x";
+  const std::string e = error_of([&] { CreatedDirectories d("--out x", root + "/file/sub"); });
+  EXPECT_NE(e.find("--out x: cannot create directory " + root + "/file/sub"), std::string::npos)
+      << e;
+}
+
 // A compressed dataset is "partly allocated" to HDF5 (its storage is smaller than its extent)
 // and reads back in full; data kept in an external file are refused.
 TEST(Hdf5, CompressedDatasetReadsAndExternalDataAreRefused) {

@@ -1,6 +1,7 @@
 // Command-line option checks: every value is validated whatever the experiment (a typo in an
 // option the experiment does not read must not pass silently), with the option named.
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "core/model/model_config.h"
+#include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
 
@@ -135,4 +137,48 @@ TEST(Options, OutputsThatCollideAreRefused) {
             std::string::npos);
   o.summary = data_dir() + "/thresholds.json";
   EXPECT_NE(error_for(o, {dir + "/a.h5"}).find("--summary " + o.summary), std::string::npos);
+}
+
+// suite passes its options on, except that kl keeps the tiny language model when --model names a
+// serving model (kl refuses a serving model given with --model), and experiments without a CUDA
+// path run on the CPU.
+TEST(Suite, ExperimentOptionsKeepTheTinyModelForKl) {
+  ExperimentEntry kl{"kl", "", nullptr, true, true};
+  ExperimentEntry memory{"memory", "", nullptr, true, false};
+  Options base;
+  base.model = "kimi-linear-48b-a3b";
+  base.model_given = true;
+  base.device = "cuda";
+  const Options k = suite_experiment_options(base, kl, "r");
+  EXPECT_FALSE(k.model_given);
+  EXPECT_EQ(k.out, "r/kl.h5");
+  EXPECT_EQ(k.device, "cuda");
+  const Options m = suite_experiment_options(base, memory, "r");
+  EXPECT_TRUE(m.model_given);
+  EXPECT_EQ(m.model, "kimi-linear-48b-a3b");
+  EXPECT_EQ(m.device, "cpu");
+  EXPECT_EQ(m.experiment, "memory");
+  base.model = default_tinylm_config_path();  // a tiny-model config is kl's to use
+  EXPECT_TRUE(suite_experiment_options(base, kl, "r").model_given);
+}
+
+// A model without full attention (the tiny language model) has no KV cache for the cache
+// experiments: suite refuses it before it writes anything.
+TEST(Suite, ModelWithoutKvCacheIsRefusedBeforeAnyWork) {
+  const std::string dir = ::testing::TempDir() + "suite_tiny/out";
+  std::filesystem::remove_all(::testing::TempDir() + "suite_tiny");
+  Options o;
+  o.experiment = "suite";
+  o.drive = "tinylm";
+  o.model = default_tinylm_config_path();
+  o.quick = true;
+  o.out = dir;
+  try {
+    run_suite(o);
+    FAIL() << "suite ran on a model without a KV cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no full-attention layers"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "suite_tiny"));
 }

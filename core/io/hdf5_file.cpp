@@ -56,17 +56,9 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
 
 H5Writer::H5Writer(const std::string& path) : path_(path), partial_(path + ".partial") {
   check_output_file("result file", path, {});
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) {
-    std::error_code ec;
-    // The directories this writer creates, deepest first: removed again if the run fails.
-    for (auto d = parent; !d.empty() && !std::filesystem::exists(d, ec); d = d.parent_path()) {
-      created_dirs_.push_back(d.string());
-      if (d == d.parent_path()) break;
-    }
-    std::filesystem::create_directories(parent, ec);
-    if (ec) fail("{}: cannot create directory {} ({})", path, parent.string(), ec.message());
-  }
+  // The directories this writer creates: removed again (if empty) when the run fails.
+  created_dirs_ =
+      std::make_unique<CreatedDirectories>(path, std::filesystem::path(path).parent_path());
   file_ = H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) fail("{}: cannot create HDF5 file (is the directory writable?)", partial_);
 }
@@ -76,8 +68,8 @@ H5Writer::~H5Writer() {
   if (!committed_) {
     std::error_code ec;
     std::filesystem::remove(partial_, ec);  // a failed run leaves any earlier result untouched
-    for (const std::string& d : created_dirs_) std::filesystem::remove(d, ec);  // if empty
   }
+  created_dirs_.reset();  // after the partial file: removes the directories if they are empty
 }
 
 void H5Writer::close() {
@@ -94,6 +86,7 @@ void H5Writer::commit() {
   std::filesystem::rename(partial_, path_, ec);
   if (ec) fail("{}: cannot move the finished result into place ({})", path_, ec.message());
   committed_ = true;
+  created_dirs_->keep();
 }
 
 void H5Writer::group(const std::string& name) {

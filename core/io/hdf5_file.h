@@ -8,8 +8,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "core/io/paths.h"
 
 namespace statecheck {
 
@@ -60,7 +63,7 @@ class H5Writer {
   std::string path_;
   std::string partial_;
   bool committed_ = false;
-  std::vector<std::string> created_dirs_;  // deepest first; removed (if empty) when not committed
+  std::unique_ptr<CreatedDirectories> created_dirs_;  // removed (if empty) when not committed
 };
 
 // An n-dimensional float array read from a file.

@@ -95,6 +95,28 @@ void check_output_file(const std::string& option, const std::string& path,
   }
 }
 
+CreatedDirectories::CreatedDirectories(const std::string& what, const fs::path& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  for (fs::path d = dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path()) {
+    created_.push_back(d);
+    if (d == d.parent_path()) break;
+  }
+  fs::create_directories(dir, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    for (const fs::path& d : created_) fs::remove(d, ec);  // those made before the failure
+    created_.clear();
+    fail("{}: cannot create directory {} ({})", what, dir.string(), why);
+  }
+}
+
+CreatedDirectories::~CreatedDirectories() {
+  if (keep_) return;
+  std::error_code ec;
+  for (const fs::path& d : created_) fs::remove(d, ec);  // only if empty
+}
+
 void write_file_atomically(const std::string& path, const std::string& text) {
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) {
