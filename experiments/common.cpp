@@ -144,11 +144,10 @@ void validate_options(const Options& o) {
          kMaxTokens, o.chain_tokens);
   if (o.chain_layers < 0)
     fail("--chain-layers must be >= 0 (0: all layers), got {}", o.chain_layers);
-  constexpr int kMaxSlots = 1 << 22;
-  if (o.active_slots < 1 || o.active_slots > kMaxSlots)
-    fail("--active-slots must be in [1, {}], got {}", kMaxSlots, o.active_slots);
-  if (o.ckpt_slots < 0 || o.ckpt_slots > kMaxSlots)
-    fail("--ckpt-slots must be in [0, {}] (0: twice the active slots), got {}", kMaxSlots,
+  if (o.active_slots < 1 || o.active_slots > kMaxPoolSlots)
+    fail("--active-slots must be in [1, {}], got {}", kMaxPoolSlots, o.active_slots);
+  if (o.ckpt_slots < 0 || o.ckpt_slots > kMaxPoolSlots)
+    fail("--ckpt-slots must be in [0, {}] (0: twice the active slots), got {}", kMaxPoolSlots,
          o.ckpt_slots);
   if (!(o.gpu_mem_gib > 0) || !std::isfinite(o.gpu_mem_gib) || o.gpu_mem_gib > 1e6)
     fail("--gpu-mem-gib must be a positive number of GiB, got {}", o.gpu_mem_gib);

@@ -15,6 +15,10 @@
 
 namespace statecheck {
 
+// The most slots a pool of the cache model may have (--active-slots, --ckpt-slots and the pool
+// sizes replay derives from the memory budget): every slot is host memory in the model.
+constexpr int kMaxPoolSlots = 1 << 22;
+
 struct Options {
   std::string experiment;
   std::string model = "qwen3.5-35b-a3b";

@@ -172,6 +172,13 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   const Int8Split split =
       int8_split_at_equal_memory(A_bf16, active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
   const int64_t kv_tokens = bf16_budget.kv_tokens_correct;
+  if (std::max(A_bf16, split.ckpt) > kMaxPoolSlots)
+    fail(
+        "replay: model {} at TP {}: the memory budget ({:.2f} GiB for caches) gives {} active "
+        "slots of {} bytes, {} checkpoint slots at equal memory; the cache model holds at most {} "
+        "per pool (check the model's state shape, or lower --gpu-mem-gib)",
+        m.name, m.tp, bf16_budget.rest_bytes / kGiB, A_bf16, active_slot_bytes(m, dt).total(),
+        split.ckpt, kMaxPoolSlots);
   fmt::print(
       "replay: memory per GPU: {:.2f} GiB for caches; bf16: {} active slots ({:.2f} GiB); int8: {} "
       "active + {} "

@@ -2,16 +2,20 @@
 // option the experiment does not read must not pass silently), with the option named.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/io/hdf5_file.h"
+#include "core/io/summary.h"
 #include "core/model/model_config.h"
 #include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
+#include "tests/error_of.h"
 
 using namespace statecheck;
 
@@ -181,4 +185,35 @@ TEST(Suite, ModelWithoutKvCacheIsRefusedBeforeAnyWork) {
         << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "suite_tiny"));
+}
+
+// replay sizes its pools from the memory budget: a model whose state is a few bytes would get
+// billions of slots (each one host memory in the cache model). Refused, naming the model and the
+// count, before any pool is allocated.
+TEST(Replay, PoolsBeyondTheCacheModelsLimitAreRefused) {
+  const std::string dir = ::testing::TempDir() + "replay_tiny_state/";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "model.json")
+      << R"({"name": "tinyslot", "family": "gdn", "num_layers": 4, "full_attention_layers": [3],
+            "linear": {"num_key_heads": 1, "num_value_heads": 1, "head_k_dim": 1,
+                       "head_v_dim": 1, "conv_width": 2},
+            "full_attention": {"kind": "mha", "num_kv_heads": 1, "head_dim": 1},
+            "params_billion": 0.001})";
+  std::ofstream(dir + "trace.jsonl")
+      << R"({"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]})"
+      << "\n";
+  Options o;
+  o.experiment = "replay";
+  o.model = dir + "model.json";
+  o.model_given = true;
+  o.tp = 1;
+  o.trace = dir + "trace.jsonl";
+  o.quick = true;
+  const ModelConfig m = load_model(o.model, o.tp);
+  H5Writer file(dir + "r.h5");
+  Summary summary;
+  const std::string e = test_support::error_of([&] { run_replay(o, m, file, summary); });
+  EXPECT_NE(e.find("model tinyslot at TP 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("holds at most 4194304 per pool"), std::string::npos) << e;
 }
