@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/memory/memory_budget.h"
+#include "core/util/error.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"
 
@@ -130,10 +131,20 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   fmt::print("memory: {:<22} {:>14} {:>14} {:>12} {:>12} {:>14} {:>14} {:>12}\n", "model (TP)",
              "active B/slot", "ckpt B/slot", "active GiB", "ckpt GiB", "KV tok engine",
              "KV tok correct", "auto A");
-  std::vector<std::string> names;
+  std::vector<std::string> names, not_computed;
   for (const std::string& name : shipped_model_names()) {
     const ModelConfig mm_cfg = load_model(name, 0);
-    const ModelMemory mm = model_memory(mm_cfg, dt, o);
+    ModelMemory mm;
+    try {
+      mm = model_memory(mm_cfg, dt, o);
+    } catch (const Error& e) {
+      // The table is context for the selected model (computed above, whose errors do fail the
+      // run): a shipped model that does not fit these options is named with the reason instead.
+      fmt::print("memory: {:<22} not computed: {}\n", fmt::format("{} ({})", name, mm_cfg.tp),
+                 e.what());
+      not_computed.push_back(fmt::format("{} (TP {}): {}", name, mm_cfg.tp, e.what()));
+      continue;
+    }
     write_model(file, g + "/" + name, mm);
     names.push_back(name);
     summary.set(fmt::format("memory.{}.active.slot_bytes", name),
@@ -154,6 +165,9 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   }
   file.write_strings(g + "/models", names,
                      "shipped models (each at its default TP), one group each");
+  if (!not_computed.empty())
+    file.write_strings(g + "/models_not_computed", not_computed,
+                       "shipped models these options do not fit, with the reason");
 }
 
 }  // namespace statecheck

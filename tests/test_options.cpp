@@ -217,3 +217,24 @@ TEST(Replay, PoolsBeyondTheCacheModelsLimitAreRefused) {
   EXPECT_NE(e.find("model tinyslot at TP 1"), std::string::npos) << e;
   EXPECT_NE(e.find("holds at most 4194304 per pool"), std::string::npos) << e;
 }
+
+// memory's table of the shipped models is context for the selected model: on an 80 GB card
+// Kimi-Linear at TP 1 (89 GiB of weights) does not fit, which must not fail a run about Qwen3.5.
+TEST(MemoryExperiment, ShippedModelsThatDoNotFitAreNamedNotFatal) {
+  const std::string dir = ::testing::TempDir() + "memory_80gb/";
+  std::filesystem::remove_all(dir);
+  Options o;
+  o.experiment = "memory";
+  o.gpu_mem_gib = 74.5;
+  const ModelConfig m = load_model(o.model, o.tp);
+  H5Writer file(dir + "m.h5");
+  Summary summary;
+  run_memory(o, m, file, summary);
+  EXPECT_TRUE(summary.has("memory.qwen3.5-35b-a3b.kv_tokens.correct"));
+  EXPECT_TRUE(summary.has("memory.kv_tokens.correct"));
+  EXPECT_FALSE(summary.has("memory.kimi-linear-48b-a3b.kv_tokens.correct"));
+  o.model = "kimi-linear-48b-a3b";  // the selected model itself does not fit: an error
+  const std::string e =
+      test_support::error_of([&] { run_memory(o, load_model(o.model, o.tp), file, summary); });
+  EXPECT_NE(e.find("nothing left for caches"), std::string::npos) << e;
+}
