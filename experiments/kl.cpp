@@ -179,7 +179,7 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
   // The result file names the model that ran, not the serving model of the options.
   file.attr("/", "model", c.name + " (" + config_path + ")");
   file.attr("/", "tp", static_cast<int64_t>(1));
-  const std::string text_path = c.file(c.eval_text_file);
+  const std::string text_path = c.input_file("eval_text", c.eval_text_file);
   const std::vector<uint8_t> text = read_bytes(text_path);
 
   const std::vector<int> prefixes =

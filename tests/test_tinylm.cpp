@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -394,7 +396,31 @@ TEST(TinyLMErrors, MissingWeightsFileNamesIt) {
   fs::remove(mc.weights_path());
   const std::string e = error_of([&] { TinyLM::load(mc.config_path()); });
   EXPECT_NE(e.find(mc.weights_path()), std::string::npos) << e;
-  EXPECT_NE(e.find("not found"), std::string::npos) << e;
+  EXPECT_NE(e.find("(field 'tinylm.weights')"), std::string::npos) << e;
+  EXPECT_NE(e.find("no such file"), std::string::npos) << e;
+}
+
+// The files a config names must be regular files: a directory reads as garbage, a FIFO would
+// block the run.
+TEST(TinyLMErrors, NamedFilesMustBeRegularFiles) {
+  {
+    ModelCopy mc("weights_dir");
+    mc.config["tinylm"]["weights"] = ".";
+    mc.write();
+    const std::string e = error_of([&] { TinyLM::load(mc.config_path()); });
+    EXPECT_NE(e.find("(field 'tinylm.weights')"), std::string::npos) << e;
+    EXPECT_NE(e.find("is a directory"), std::string::npos) << e;
+  }
+  {
+    ModelCopy mc("eval_fifo");
+    mc.config["tinylm"]["eval_text"] = "fifo";
+    mc.write();
+    ASSERT_EQ(mkfifo((mc.dir + "/fifo").c_str(), 0600), 0);
+    const TinyLMConfig c = load_tinylm_config(mc.config_path());
+    const std::string e = error_of([&] { c.input_file("eval_text", c.eval_text_file); });
+    EXPECT_NE(e.find("(field 'tinylm.eval_text')"), std::string::npos) << e;
+    EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
+  }
 }
 
 TEST(TinyLMErrors, MissingTensorNamesFileAndTensor) {
@@ -488,6 +514,15 @@ TEST(TinyLMErrors, ConfigFieldsAreChecked) {
     mc.write();
     const std::string e = error_of([&] { TinyLM::load(mc.config_path()); });
     EXPECT_NE(e.find("not a multiple"), std::string::npos) << e;
+  }
+  {
+    ModelCopy mc("wrapping");  // 2^32 + 256 must not read as 256
+    mc.config["tinylm"]["d_model"] = 4294967552ULL;
+    mc.write();
+    const std::string e = error_of([&] { TinyLM::load(mc.config_path()); });
+    EXPECT_NE(e.find("'tinylm.d_model' must be an integer in [1, 1048576], got 4294967552"),
+              std::string::npos)
+        << e;
   }
   EXPECT_NE(error_of([] {
               load_tinylm_config("/nonexistent/config.json");

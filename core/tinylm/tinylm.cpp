@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/paths.h"
 #include "core/io/safetensors.h"
 #include "core/tinylm/linear.h"
 #include "core/util/error.h"
@@ -91,11 +92,18 @@ void append(std::vector<float>& dst, const std::vector<float>& src) {
   dst.insert(dst.end(), src.begin(), src.end());
 }
 
+// A size of the tiny model: an integer in [1, 2^20], read without wrapping (4294967552 is not 256).
 int get_positive(const json& j, const char* key, const std::string& origin) {
+  constexpr int64_t kMax = int64_t{1} << 20;
   if (!j.contains(key)) fail("{}: missing field 'tinylm.{}'", origin, key);
-  if (!j[key].is_number_integer() || j[key].get<int>() <= 0)
-    fail("{}: field 'tinylm.{}' must be a positive integer, got {}", origin, key, j[key].dump());
-  return j[key].get<int>();
+  const json& v = j[key];
+  const bool ok = v.is_number_unsigned()  ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= kMax
+                  : v.is_number_integer() ? v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMax
+                                          : false;
+  if (!ok)
+    fail("{}: field 'tinylm.{}' must be an integer in [1, {}], got {}", origin, key, kMax,
+         v.dump());
+  return static_cast<int>(v.get<int64_t>());
 }
 
 std::string get_string(const json& j, const char* key, const std::string& origin) {
@@ -123,6 +131,12 @@ StateShape TinyLMConfig::state_shape() const {
 
 std::string TinyLMConfig::file(const std::string& relative) const {
   return (fs::path(dir) / relative).string();
+}
+
+std::string TinyLMConfig::input_file(const char* field, const std::string& relative) const {
+  const std::string path = file(relative);
+  check_input_file(fmt::format("{} (field 'tinylm.{}'):", config_path, field), path);
+  return path;
 }
 
 std::string default_tinylm_config_path() {
@@ -208,8 +222,7 @@ TinyLM TinyLM::load(const std::string& config_path) {
   const TinyLMConfig& c = m.cfg_;
   const size_t D = c.d_model, H = c.H, HV = c.HV, dk = c.dk, dv = c.dv, F = c.mlp_hidden;
   const size_t gw = c.gate_width(), cd = c.conv_dim(), W = c.conv_width;
-  const std::string path = c.file(c.weights_file);
-  if (!fs::exists(path)) fail("{}: weights file not found (named by {})", path, config_path);
+  const std::string path = c.input_file("weights", c.weights_file);
   WeightReader r(path);
   const std::string dims =
       fmt::format("d_model {}, H {}, HV {}, d_k {}, d_v {}, mlp_hidden {}, W {}, gate {} in {}", D,

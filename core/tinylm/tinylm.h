@@ -57,6 +57,9 @@ struct TinyLMConfig {
   RecurrenceShape recurrence_shape() const;
   StateShape state_shape() const;                       // [L, HV, d_v, d_k]
   std::string file(const std::string& relative) const;  // dir / relative
+  // file(relative) for the config's field 'tinylm.<field>', checked to be an existing regular
+  // file; throws statecheck::Error naming the config, the field and the path otherwise.
+  std::string input_file(const char* field, const std::string& relative) const;
 };
 
 // Path of the shipped model's config: <data dir>/tinylm/config.json.

@@ -6,7 +6,7 @@ namespace statecheck {
 
 TinyLMDrive::TinyLMDrive(const std::string& config_path) : model_(TinyLM::load(config_path)) {
   const TinyLMConfig& c = model_.config();
-  text_path_ = c.file(c.eval_text_file);
+  text_path_ = c.input_file("eval_text", c.eval_text_file);
   text_ = read_bytes(text_path_);
   const int need = (kTinyLMDriveSequences - 1) * kTinyLMDriveStride + kTinyLMDrivePrefix;
   if (static_cast<int>(text_.size()) < need)
