@@ -217,6 +217,7 @@ int run_experiment(const Options& o) {
   const ModelConfig model = options_model(o);
   check_drive_option(o, model);
   check_run_outputs(o, {o.out_path()});
+  auto rows = load_thresholds(thresholds_path());  // before the work: a bad file costs nothing
   H5Writer file(o.out_path());
   RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
   file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
@@ -225,7 +226,6 @@ int run_experiment(const Options& o) {
   it->run(o, model, file, summary);
   file.close();
   print_summary(summary, o.experiment);
-  auto rows = load_thresholds(thresholds_path());
   print_threshold_table(summary, rows);
   // The summary first: if it cannot be written, the result file is not moved into place either.
   if (!o.summary.empty()) write_summary_json(o.summary, summary, &rows);

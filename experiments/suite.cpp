@@ -108,6 +108,7 @@ int run_suite(const Options& base) {
   for (const auto& e : experiment_registry())
     if (e.in_suite && e.name == "replay")
       load_mooncake_trace(trace_path(base), parse_bad_lines(base.trace_bad_lines));
+  auto rows = load_thresholds(thresholds_path());  // before the work: a bad file costs nothing
   // Removed again (if empty) when the suite fails; kept once its files are committed.
   CreatedDirectories result_dir("--out " + dir, dir);
   Summary all;
@@ -139,11 +140,14 @@ int run_suite(const Options& base) {
     for (const auto& [k, v] : s.values()) fmt::print("  {:<56} {:.6g}\n", k, v);
     all.merge(s);
   }
-  auto rows = load_thresholds(thresholds_path());
   const int failures = print_threshold_table(all, rows);
   int skipped = 0;
-  for (const auto& r : rows) skipped += r.present ? 0 : 1;
-  if (skipped) fmt::print("  ({} limits not measured by this build or protocol)\n", skipped);
+  std::string unmeasured;
+  for (const auto& r : rows)
+    if (!r.present) unmeasured += (skipped++ ? ", " : "") + r.key;
+  // Named, so that a misspelled key (a limit that can never be measured) shows.
+  if (skipped)
+    fmt::print("  ({} limits not measured by this build or protocol: {})\n", skipped, unmeasured);
   write_summary_json(summary_path, all, &rows);
   for (auto& f : files) f->commit();
   result_dir.keep();

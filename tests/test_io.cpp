@@ -272,6 +272,36 @@ TEST(Summary, ThresholdsPassFailAndSkip) {
   EXPECT_FALSE(rows[0].pass);
 }
 
+// A malformed thresholds file is named with the file and the key; nothing that would silently
+// change the gate (a repeated key, text after the JSON, an empty gate) is accepted.
+TEST(Summary, MalformedThresholdsAreNamed) {
+  const std::string path = temp_path("thr_bad.json");
+  const std::string row = R"({"op": "<", "limit": 1.0, "reason": "r"})";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"limits": {"a": )" + row + R"(, "a": {"op": ">", "limit": 0, "reason": "r"}}})",
+       "key 'a' appears twice"},
+      {R"({"limits": {"a": )" + row + "}} trailing", "not valid JSON"},
+      {R"({"limits": {}})", "'limits' is empty"},
+      {R"({"limits": {"": )" + row + "}}", "empty key"},
+      {R"({"limits": {"a": {"op": 1, "limit": 1.0, "reason": "r"}}})",
+       "limit 'a': 'op' must be a string"},
+      {R"({"limits": {"a": {"op": "<", "limit": 1.0, "reason": 2}}})",
+       "limit 'a': 'reason' must be a string"},
+      {R"({"limits": {"a": {"op": "<", "limit": "1", "reason": "r"}}})",
+       "limit 'a': 'limit' must be a number"},
+      {R"([1, 2])", "missing object 'limits'"},
+  };
+  for (const auto& [text, expect] : cases) {
+    std::ofstream(path) << text;
+    const std::string e = error_of([&] { load_thresholds(path); });
+    EXPECT_NE(e.find(path), std::string::npos) << text << " -> " << e;
+    EXPECT_NE(e.find(expect), std::string::npos) << text << " -> " << e;
+  }
+  const std::string dir = temp_path("thr_dir");
+  fs::create_directories(dir);
+  EXPECT_NE(error_of([&] { load_thresholds(dir); }).find("is a directory"), std::string::npos);
+}
+
 // Output paths that would destroy something are refused before anything is written; inputs must
 // be regular files (a FIFO would block the run).
 TEST(Paths, OutputsThatWouldDestroySomethingAreRefused) {

@@ -3,6 +3,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,27 +28,49 @@ void Summary::merge(const Summary& other) {
 }
 
 std::vector<ThresholdRow> load_thresholds(const std::string& path) {
-  std::ifstream in(path);
+  check_input_file("thresholds file", path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open thresholds file", path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Duplicate keys would let a later entry silently replace an earlier limit: refused.
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  const json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (ev == json::parse_event_t::object_end) {
+      keys.pop_back();
+    } else if (ev == json::parse_event_t::key && duplicate.empty() &&
+               !keys.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   json j;
   try {
-    in >> j;
+    j = json::parse(text, cb);  // strict: text after the JSON value is an error
   } catch (const json::exception& e) {
     fail("{}: not valid JSON ({})", path, e.what());
   }
-  if (!j.contains("limits") || !j["limits"].is_object()) fail("{}: missing object 'limits'", path);
+  if (!duplicate.empty()) fail("{}: key '{}' appears twice in one object", path, duplicate);
+  if (!j.is_object() || !j.contains("limits") || !j["limits"].is_object())
+    fail("{}: missing object 'limits'", path);
+  if (j["limits"].empty()) fail("{}: 'limits' is empty (the gate would check nothing)", path);
   std::vector<ThresholdRow> rows;
   for (auto it = j["limits"].begin(); it != j["limits"].end(); ++it) {
     const json& r = it.value();
     ThresholdRow row;
     row.key = it.key();
+    if (row.key.empty()) fail("{}: a limit has an empty key", path);
     if (!r.is_object() || !r.contains("op") || !r.contains("limit") || !r.contains("reason"))
       fail("{}: limit '{}' needs op, limit and reason", path, row.key);
+    if (!r["op"].is_string()) fail("{}: limit '{}': 'op' must be a string", path, row.key);
     row.op = r["op"].get<std::string>();
     if (row.op != "<" && row.op != ">" && row.op != "<=" && row.op != ">=")
       fail("{}: limit '{}': op must be <, >, <= or >=", path, row.key);
     if (!r["limit"].is_number()) fail("{}: limit '{}': 'limit' must be a number", path, row.key);
     row.limit = r["limit"].get<double>();
+    if (!r["reason"].is_string()) fail("{}: limit '{}': 'reason' must be a string", path, row.key);
     row.reason = r["reason"].get<std::string>();
     if (row.reason.empty()) fail("{}: limit '{}' has an empty reason", path, row.key);
     rows.push_back(row);
