@@ -37,6 +37,17 @@ BudgetInputs options_budget_inputs(const Options& o, bool with_pools) {
   return bi;
 }
 
+int64_t kv_tokens_for_pools(const Budget& b, const ModelConfig& m) {
+  if (b.kv_tokens_correct < 1)
+    fail(
+        "memory budget: model {} at TP {}: the state pools ({} active slots, {:.2f} GiB; {} "
+        "checkpoint slots, {:.2f} GiB) leave no memory for the KV cache ({:.2f} GiB for caches); "
+        "lower --active-slots / --ckpt-slots or raise --gpu-mem-gib",
+        m.name, m.tp, b.active.slots, b.active.total.total() / kGiB, b.checkpoint.slots,
+        b.checkpoint.total.total() / kGiB, b.rest_bytes / kGiB);
+  return b.kv_tokens_correct;
+}
+
 CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens) {
   const StateDtypes d = options_dtypes(o);
   CacheConfig c;

@@ -25,6 +25,11 @@ StateDtypes options_dtypes(const Options& o);
 // split and there is no checkpoint pool.
 BudgetInputs options_budget_inputs(const Options& o, bool with_pools);
 
+// The KV-token budget capacity and firecount run with: b.kv_tokens_correct (state pools, slot 0
+// and the checkpoint pool subtracted). Throws statecheck::Error naming the pool sizes, their GiB
+// and the memory for caches when the pools leave no KV token.
+int64_t kv_tokens_for_pools(const Budget& b, const ModelConfig& m);
+
 // Cache configuration from the options: --mode, --strategy, --active-slots, --ckpt-slots (0: 2A),
 // --chunk-granularity, --track-interval, --no-payload, dtypes; `kv_tokens` as given.
 CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens);

@@ -44,7 +44,7 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
   const StateDtypes dt = options_dtypes(o);
   const BudgetInputs bi = options_budget_inputs(o, true);
   const Budget budget = compute_budget(m, dt, bi);
-  const int64_t kv_tokens = budget.kv_tokens_correct;
+  const int64_t kv_tokens = kv_tokens_for_pools(budget, m);
 
   const std::string g = "capacity";
   file.group(g);

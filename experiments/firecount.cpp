@@ -27,7 +27,7 @@ void run_firecount(const Options& o, const ModelConfig& m, H5Writer& file, Summa
   p.seed = o.seed;
   const StateDtypes dt = options_dtypes(o);
   const BudgetInputs bi = options_budget_inputs(o, true);
-  const int64_t kv_tokens = compute_budget(m, dt, bi).kv_tokens_correct;
+  const int64_t kv_tokens = kv_tokens_for_pools(compute_budget(m, dt, bi), m);
   // The first requests cannot hit: the first batch of `parallel` requests all miss, and the next
   // batch is admitted before any of them has cached the branching point.
   const int64_t warmup = 2 * p.parallel;

@@ -8,6 +8,8 @@
 // subtracted) and the correct one, side by side. The same table is computed for every shipped
 // model at its default TP, and SGLang's automatic active-pool size (mamba_full_memory_ratio 0.9)
 // is reported next to the given A.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/memory/memory_budget.h"
@@ -119,6 +121,18 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   summary.set("memory.kv_tokens.correct", static_cast<double>(b.kv_tokens_correct));
   summary.set("memory.kv_tokens.overcommit",
               static_cast<double>(b.kv_tokens_engine - b.kv_tokens_correct));
+  // Where the pools alone exceed the memory for caches the correct budget is 0 KV tokens; the
+  // excess is reported instead of being hidden by that floor.
+  const double state_excess = std::max(
+      0.0, static_cast<double>(b.active.total.total() + b.checkpoint.total.total()) - b.rest_bytes);
+  file.write_scalar(g + "/selected/state_pools_over_cache_memory_gib", state_excess / kGiB, "GiB",
+                    "active + checkpoint pools beyond the memory for caches (0: they fit)");
+  summary.set("memory.state_pools_over_cache_memory_gib", state_excess / kGiB);
+  if (state_excess > 0)
+    fmt::print(
+        "memory: the state pools exceed the memory for caches ({:.2f} GiB) by {:.2f} GiB: the "
+        "correct KV budget is 0 tokens, the engine's {}\n",
+        b.rest_bytes / kGiB, state_excess / kGiB, b.kv_tokens_engine);
   summary.set("memory.kv_bytes_per_token", static_cast<double>(b.kv_bytes_per_token));
   summary.set("memory.auto.active_slots", static_cast<double>(sel.auto_budget.active.slots));
   summary.set("memory.checkpoint_over_active_slot_bytes",

@@ -238,3 +238,33 @@ TEST(MemoryExperiment, ShippedModelsThatDoNotFitAreNamedNotFatal) {
       test_support::error_of([&] { run_memory(o, load_model(o.model, o.tp), file, summary); });
   EXPECT_NE(e.find("nothing left for caches"), std::string::npos) << e;
 }
+
+// A checkpoint pool larger than the memory: memory reports by how much (the correct KV budget's
+// floor of 0 would hide it); capacity and firecount, which need KV tokens, refuse naming the pools.
+TEST(MemoryExperiment, StatePoolsBeyondTheMemoryAreReportedOrRefused) {
+  const std::string dir = ::testing::TempDir() + "memory_overcommit/";
+  std::filesystem::remove_all(dir);
+  Options o;
+  o.ckpt_slots = 40000;  // 40000 x 4,423,680 B = 164.8 GiB > 99.26 GiB for caches
+  const ModelConfig m = load_model(o.model, o.tp);
+  {
+    H5Writer file(dir + "m.h5");
+    Summary summary;
+    run_memory(o, m, file, summary);
+    const double excess_gib =
+        (256.0 + 1) * 16097280 / (1 << 30) + (40000.0 + 1) * 4423680 / (1 << 30) -
+        summary.get("memory.active.total_gib") - summary.get("memory.checkpoint.total_gib");
+    EXPECT_NEAR(excess_gib, 0.0, 1e-9);  // pool totals include slot 0
+    EXPECT_GT(summary.get("memory.state_pools_over_cache_memory_gib"), 60.0);
+    EXPECT_EQ(summary.get("memory.kv_tokens.correct"), 0.0);
+  }
+  for (const ExperimentFn& run : {ExperimentFn(run_capacity), ExperimentFn(run_firecount)}) {
+    H5Writer file(dir + "c.h5");
+    Summary summary;
+    o.quick = true;
+    const std::string e = test_support::error_of([&] { run(o, m, file, summary); });
+    EXPECT_NE(e.find("40000 checkpoint slots, 164.80 GiB) leave no memory for the KV cache"),
+              std::string::npos)
+        << e;
+  }
+}
