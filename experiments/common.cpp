@@ -161,7 +161,8 @@ void validate_options(const Options& o) {
     fail("--strategy must be no_buffer or extra_buffer, got '{}'", o.strategy);
   if (o.temporal_dtype != "fp32" && o.temporal_dtype != "bf16")
     fail("--temporal-dtype must be fp32 or bf16, got '{}'", o.temporal_dtype);
-  if (!o.scale_dtype.empty()) parse_scale_dtype(o.scale_dtype);
+  if (!o.scale_dtype.empty() && o.scale_dtype != "bf16" && o.scale_dtype != "fp32")
+    fail("--scale-dtype must be bf16 or fp32, got '{}'", o.scale_dtype);
   if (o.conv_dtype != "bf16") fail("--conv-dtype must be bf16, got '{}'", o.conv_dtype);
   const Codec chain_codec = parse_codec(o.codec, parse_scale_dtype(o.scale_dtype_or_default()));
   if (!o.scale_dtype.empty() && chain_codec.has_scales() &&

@@ -133,6 +133,8 @@ int main(int argc, char** argv) {
     if (vm.count("drive") && o.drive.empty()) statecheck::fail("--drive needs a name");
     if (vm.count("out") && o.out.empty()) statecheck::fail("--out needs a path");
     if (vm.count("summary") && o.summary.empty()) statecheck::fail("--summary needs a path");
+    if (vm.count("scale-dtype") && o.scale_dtype.empty())
+      statecheck::fail("--scale-dtype needs a dtype (bf16 or fp32)");
     o.model_given = !vm["model"].defaulted();
     statecheck::validate_options(o);
     // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped

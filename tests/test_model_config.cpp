@@ -67,6 +67,12 @@ TEST(ModelConfig, HuggingFaceQwen3Next) {
   EXPECT_EQ(m.full_layers.front(), 3);
   EXPECT_EQ(m.value_heads_shard(), 8);
   EXPECT_EQ(m.conv_dim_shard(), 2048);
+  EXPECT_EQ(m.name, "qwen3_next");  // no '_name_or_path': the model type
+  json named = j;
+  named["_name_or_path"] = "";  // left empty by a local save: the model type too
+  EXPECT_EQ(parse_model_config(named, "config.json", 4).name, "qwen3_next");
+  named["_name_or_path"] = "Qwen/Qwen3-Next-80B-A3B-Instruct";
+  EXPECT_EQ(parse_model_config(named, "config.json", 4).name, "Qwen/Qwen3-Next-80B-A3B-Instruct");
 }
 
 TEST(ModelConfig, HuggingFaceQwen35NestedTextConfigWithLayerTypes) {
@@ -182,7 +188,9 @@ TEST(ModelConfig, OutOfRangeFieldsAreNamed) {
   const std::pair<std::function<void(json&)>, std::string> cases[] = {
       {[](json& j) { j["full_attention_layers"] = json::array({4294967298ull}); },
        "field 'full_attention_layers[0]' = 4294967298 is outside [-1e6, 1e6]"},
-      {[](json& j) { j["name"] = ""; }, "field 'name' must be a non-empty string"},
+      {[](json& j) { j["name"] = ""; }, "field 'name' (Hugging Face: '_name_or_path' or"},
+      {[](json& j) { j["name"] = std::string(257, 'x'); },
+       "field 'name' has 257 characters (at most 256)"},
       {[](json& j) { j["name"] = "a\nb"; },
        "field 'name' has a control character (code 10) at position 1"},
       {[](json& j) { j["default_tp"] = 0; }, "field 'default_tp' must be positive"},

@@ -58,6 +58,7 @@ TEST(Options, OutOfRangeValuesNameTheirOption) {
       {[](Options& o) { o.chunked_prefill = 1; }, "--chunked-prefill"},
       {[](Options& o) { o.trace_bad_lines = "maybe"; }, "--trace-bad-lines"},
       {[](Options& o) { o.device = "tpu"; }, "--device"},
+      {[](Options& o) { o.scale_dtype = "fp8"; }, "--scale-dtype must be bf16 or fp32"},
       {[](Options& o) { o.states = "x.safetensors"; }, "without --drive states"},
       {[](Options& o) { o.drive = "nosuch"; }, "unknown drive"},
       {[](Options& o) { o.trace = "/nonexistent/trace.jsonl"; },

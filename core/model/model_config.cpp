@@ -147,7 +147,8 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
   const std::string model_type = top.value("model_type", j.value("model_type", std::string()));
   ModelConfig m;
   m.source = origin;
-  m.name = top.value("_name_or_path", model_type);
+  m.name = top.value("_name_or_path", std::string());
+  if (m.name.empty()) m.name = model_type;  // HF configs saved locally may leave it empty
   m.num_layers = get_int(j, "num_hidden_layers", origin, where);
   if (model_type.rfind("qwen3_next", 0) == 0 || model_type.rfind("qwen3_5", 0) == 0) {
     m.gate = GateKind::gdn;
@@ -250,7 +251,15 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   positive(m.conv_width, "conv_width");
   positive(m.default_tp, "default_tp");
   positive(m.tp, "tp");
-  if (m.name.empty()) fail("{}: field 'name' must be a non-empty string", origin);
+  // A Hugging Face config's name is its '_name_or_path', else its 'model_type'.
+  if (m.name.empty())
+    fail(
+        "{}: field 'name' (Hugging Face: '_name_or_path' or 'model_type') must be a non-empty "
+        "string",
+        origin);
+  constexpr size_t kMaxName = 256;  // it is printed in logs and stored in result files
+  if (m.name.size() > kMaxName)
+    fail("{}: field 'name' has {} characters (at most {})", origin, m.name.size(), kMaxName);
   for (size_t i = 0; i < m.name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(m.name[i]);
     if (c < 0x20 || c == 0x7f)  // it is printed in logs and stored in result files
