@@ -626,6 +626,11 @@ TEST(TinyLMDrive, ModelOfOtherShapesIsRefused) {
   const std::string e = error_of([&] { drive.check_matches(load_model("qwen3.5-35b-a3b", 4)); });
   EXPECT_NE(e.find("drive 'tinylm'"), std::string::npos) << e;
   EXPECT_NE(e.find("qwen3.5-35b-a3b"), std::string::npos) << e;
+  EXPECT_NE(e.find("leave out --model"), std::string::npos) << e;
+  // The tiny model's own config at TP 2: the sharding is the cause, and named as such.
+  const std::string t =
+      error_of([&] { drive.check_matches(load_model(default_tinylm_config_path(), 2)); });
+  EXPECT_NE(t.find("the tiny model runs whole: leave out --tp"), std::string::npos) << t;
 }
 
 // `codec --drive tinylm` end to end: without --model the command line substitutes the tiny model's

@@ -1,5 +1,9 @@
 #include "core/tinylm/tinylm_drive.h"
 
+#include <string>
+
+#include <fmt/format.h>
+
 #include "core/util/error.h"
 
 namespace statecheck {
@@ -33,16 +37,19 @@ void TinyLMDrive::check_matches(const ModelConfig& m) const {
   const bool same = m.linear_layer_count() == c.num_layers && m.key_heads_shard() == c.H &&
                     m.value_heads_shard() == c.HV && m.head_k_dim == c.dk && m.head_v_dim == c.dv &&
                     m.gate == c.gate;
-  if (!same)
-    fail(
-        "drive 'tinylm' produces states of the tiny model {} ({} layers, H {}, HV {}, d_k {}, d_v "
-        "{}, {}) "
-        "but model {} at TP {} has {} linear layers, H {}, HV {}, d_k {}, d_v {}, {}; leave out "
-        "--model "
-        "(the drive implies {}) or pass that config",
-        c.name, c.num_layers, c.H, c.HV, c.dk, c.dv, gate_kind_name(c.gate), m.name, m.tp,
-        m.linear_layer_count(), m.key_heads_shard(), m.value_heads_shard(), m.head_k_dim,
-        m.head_v_dim, gate_kind_name(m.gate), c.config_path);
+  if (same) return;
+  // The tiny model runs whole: when the shapes differ only by sharding, --tp is the cause.
+  const bool tp_only = m.tp > 1 && m.name == c.name && m.linear_layer_count() == c.num_layers &&
+                       m.num_key_heads == c.H && m.num_value_heads == c.HV;
+  fail(
+      "drive 'tinylm' produces states of the tiny model {} ({} layers, H {}, HV {}, d_k {}, d_v "
+      "{}, {}) but model {} at TP {} has {} linear layers, H {}, HV {}, d_k {}, d_v {}, {}; {}",
+      c.name, c.num_layers, c.H, c.HV, c.dk, c.dv, gate_kind_name(c.gate), m.name, m.tp,
+      m.linear_layer_count(), m.key_heads_shard(), m.value_heads_shard(), m.head_k_dim,
+      m.head_v_dim, gate_kind_name(m.gate),
+      tp_only ? std::string("the tiny model runs whole: leave out --tp")
+              : fmt::format("leave out --model (the drive implies {}) or pass that config",
+                            c.config_path));
 }
 
 std::vector<float> TinyLMDrive::initial_layer_state(int n, int layer) const {
