@@ -109,7 +109,8 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
     file.write(mg + "/duplicate_states", dup, n, "states",
                "inserts that found the state cached, per K");
     file.write_scalar(mg + "/knee_K", knee, "prefixes",
-                      "largest K with reuse_frac >= half its value at the smallest K");
+                      "largest K with reuse_frac >= half its value at the smallest K (0: no reuse "
+                      "even at the smallest K)");
     const int cacheable =
         std::string(mode) == "bf16"
             ? std::max(0, ec.cache.active_slots - parallel * ec.cache.slots_per_request())
@@ -141,6 +142,12 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
                summary.get(fmt::format("capacity.int8.K{}.reuse_frac", Ks[i])));
   fmt::print("capacity: knee K bf16 {}, int8 {} ({:.1f} s)\n", knees["bf16"], knees["int8"],
              progress.elapsed());
+  for (const char* mode : {"bf16", "int8"})
+    if (knees[mode] == 0)
+      fmt::print(
+          "capacity: {} reuses nothing even at K = {} (knee_K 0, no knee in the swept range; "
+          "knee_ratio is then reported as 0, not as a comparison)\n",
+          mode, Ks[0]);
 #ifdef STATECHECK_HAVE_CUDA
   if (o.device == "cuda") run_capacity_cuda(o, m, gpu_points, file, summary);
 #endif
