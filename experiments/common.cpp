@@ -215,6 +215,9 @@ int run_experiment(const Options& o) {
                          [&](const ExperimentEntry& e) { return e.name == o.experiment; });
   if (it == reg.end()) fail("unknown experiment '{}'", o.experiment);
   require_cuda_if_asked(o, *it);
+  if (it->name == "kl" && !o.drive.empty())
+    fail("kl: --drive {} does not apply (kl runs the tiny language model on its evaluation text)",
+         o.drive);
   const ModelConfig model = options_model(o);
   check_drive_option(o, model);
   check_run_outputs(o, {o.out_path()});

@@ -138,8 +138,9 @@ int run_experiment(const Options& o);
 int run_suite(const Options& o);
 
 // The options `suite` runs experiment `e` with: the suite's own, with --out set to
-// `dir`/<name>.h5, --device cpu for experiments without a CUDA path, and for kl the shipped tiny
-// model unless --model names a tiny-model config (the suite's serving model is for the others).
+// `dir`/<name>.h5, --device cpu for experiments without a CUDA path, and for kl no --drive and the
+// shipped tiny model unless --model names a tiny-model config (the suite's serving model and drive
+// are for the others).
 Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
                                  const std::string& dir);
 

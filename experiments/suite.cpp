@@ -73,7 +73,8 @@ Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
   Options o = base;
   if (!e.cuda_path) o.device = "cpu";
   if (e.name == "kl" && o.model_given && tinylm_config_for(o.model) != o.model)
-    o.model_given = false;  // kl's own check refuses a serving model given with --model
+    o.model_given = false;              // kl's own check refuses a serving model given with --model
+  if (e.name == "kl") o.drive.clear();  // kl drives the tiny model with its own text
   o.experiment = e.name;
   o.out = dir + "/" + e.name + ".h5";
   return o;

@@ -154,8 +154,10 @@ TEST(Suite, ExperimentOptionsKeepTheTinyModelForKl) {
   base.model = "kimi-linear-48b-a3b";
   base.model_given = true;
   base.device = "cuda";
+  base.drive = "seed-kda";
   const Options k = suite_experiment_options(base, kl, "r");
   EXPECT_FALSE(k.model_given);
+  EXPECT_TRUE(k.drive.empty());
   EXPECT_EQ(k.out, "r/kl.h5");
   EXPECT_EQ(k.device, "cuda");
   const Options m = suite_experiment_options(base, memory, "r");
@@ -163,6 +165,7 @@ TEST(Suite, ExperimentOptionsKeepTheTinyModelForKl) {
   EXPECT_EQ(m.model, "kimi-linear-48b-a3b");
   EXPECT_EQ(m.device, "cpu");
   EXPECT_EQ(m.experiment, "memory");
+  EXPECT_EQ(m.drive, "seed-kda");
   base.model = default_tinylm_config_path();  // a tiny-model config is kl's to use
   EXPECT_TRUE(suite_experiment_options(base, kl, "r").model_given);
 }
