@@ -493,6 +493,19 @@ TEST(TinyLMErrors, NonFiniteWeight) {
       << e;
 }
 
+// Finite weights whose activations overflow fp32 (embeddings x 1e36) would make the RMSNorm 0 and
+// every prediction uniform: refused at the forward pass, not scored as a model.
+TEST(TinyLMErrors, ActivationsBeyondFp32AreRefused) {
+  ModelCopy mc("overflow");
+  for (float& x : mc.tensors["embed.weight"].data) x *= 1e36f;
+  mc.write();
+  const TinyLM m = TinyLM::load(mc.config_path());
+  const std::vector<uint8_t> tok = {'a', 'b', 'c'};
+  TinyLMState s = TinyLMState::zeros(m.config());
+  const std::string e = error_of([&] { m.forward(tok.data(), 3, s); });
+  EXPECT_NE(e.find("activations overflow fp32 before an RMSNorm (row 0"), std::string::npos) << e;
+}
+
 TEST(TinyLMErrors, ConfigFieldsAreChecked) {
   {
     ModelCopy mc("no_section");

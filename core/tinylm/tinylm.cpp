@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +42,11 @@ void rms_norm_rows(const float* x, int T, int D, const float* weight, float eps,
     const float* xr = x + static_cast<size_t>(t) * D;
     double ss = 0.0;
     for (int i = 0; i < D; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    // A mean square beyond fp32 would make the norm 0 and every prediction uniform: finite but
+    // meaningless weights (not a trained model's), refused rather than scored.
+    if (!(ss / D <= std::numeric_limits<float>::max()))
+      fail("tiny model: activations overflow fp32 before an RMSNorm (row {}, mean square {:.3g})",
+           t, ss / D);
     const float r = 1.0f / std::sqrt(static_cast<float>(ss / D) + eps);
     float* o = out + static_cast<size_t>(t) * D;
     for (int i = 0; i < D; ++i) o[i] = (xr[i] * r) * weight[i];
