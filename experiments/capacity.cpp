@@ -144,10 +144,9 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
              progress.elapsed());
   for (const char* mode : {"bf16", "int8"})
     if (knees[mode] == 0)
-      fmt::print(
-          "capacity: {} reuses nothing even at K = {} (knee_K 0, no knee in the swept range; "
-          "knee_ratio is then reported as 0, not as a comparison)\n",
-          mode, Ks[0]);
+      fmt::print("capacity: {} reuses nothing even at K = {} (knee_K 0: no knee in the range{})\n",
+                 mode, Ks[0],
+                 std::string(mode) == "bf16" ? "; knee_ratio is then 0, not a comparison" : "");
 #ifdef STATECHECK_HAVE_CUDA
   if (o.device == "cuda") run_capacity_cuda(o, m, gpu_points, file, summary);
 #endif

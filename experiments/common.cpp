@@ -149,6 +149,9 @@ void validate_options(const Options& o) {
   if (o.ckpt_slots < 0 || o.ckpt_slots > kMaxPoolSlots)
     fail("--ckpt-slots must be in [0, {}] (0: twice the active slots), got {}", kMaxPoolSlots,
          o.ckpt_slots);
+  if (o.ckpt_slots == 0 && 2 * static_cast<int64_t>(o.active_slots) > kMaxPoolSlots)
+    fail("--ckpt-slots 0 means 2 x --active-slots = {}, above {}; give --ckpt-slots",
+         2 * static_cast<int64_t>(o.active_slots), kMaxPoolSlots);
   if (!(o.gpu_mem_gib > 0) || !std::isfinite(o.gpu_mem_gib) || o.gpu_mem_gib > 1e6)
     fail("--gpu-mem-gib must be a positive number of GiB, got {}", o.gpu_mem_gib);
   if (!(o.mem_fraction > 0) || o.mem_fraction > 1)

@@ -15,8 +15,8 @@
 
 namespace statecheck {
 
-// The most slots a pool of the cache model may have (--active-slots, --ckpt-slots and the pool
-// sizes replay derives from the memory budget): every slot is host memory in the model.
+// The most slots --active-slots and --ckpt-slots may ask for, and the most the memory budget may
+// give replay's bf16 and int8 pools: every slot is host memory in the cache model.
 constexpr int kMaxPoolSlots = 1 << 22;
 
 struct Options {
@@ -138,9 +138,9 @@ int run_experiment(const Options& o);
 int run_suite(const Options& o);
 
 // The options `suite` runs experiment `e` with: the suite's own, with --out set to
-// `dir`/<name>.h5, --device cpu for experiments without a CUDA path, and for kl no --drive and the
-// shipped tiny model unless --model names a tiny-model config (the suite's serving model and drive
-// are for the others).
+// `dir`/<name>.h5, --device cpu for experiments without a CUDA path, and for kl no --drive and
+// no --model (it runs the shipped tiny model; the suite's serving model and drive are for the
+// others).
 Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
                                  const std::string& dir);
 

@@ -137,6 +137,10 @@ int main(int argc, char** argv) {
       statecheck::fail("--scale-dtype needs a dtype (bf16 or fp32)");
     o.model_given = !vm["model"].defaulted();
     statecheck::validate_options(o);
+    if (!vm["mode"].defaulted())  // in the command-line contract; every cache experiment sets it
+      std::cerr << "statecheck: note: --mode is not read by the shipped experiments (capacity and "
+                   "replay run both modes, firecount int8)"
+                << std::endl;
     // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
     // tiny model's config (data/tinylm/config.json), which is also a statecheck model config.
     if (o.drive == "tinylm" && vm["model"].defaulted())

@@ -17,9 +17,10 @@
 
 #include "core/io/paths.h"
 #include "core/io/run_info.h"
-#include "core/tinylm/tinylm.h"
+#include "core/memory/memory_budget.h"
 #include "core/trace/mooncake_trace.h"
 #include "core/util/error.h"
+#include "experiments/cache_common.h"
 #include "experiments/experiment.h"
 
 extern char** environ;
@@ -72,9 +73,12 @@ Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
                                  const std::string& dir) {
   Options o = base;
   if (!e.cuda_path) o.device = "cpu";
-  if (e.name == "kl" && o.model_given && tinylm_config_for(o.model) != o.model)
-    o.model_given = false;              // kl's own check refuses a serving model given with --model
-  if (e.name == "kl") o.drive.clear();  // kl drives the tiny model with its own text
+  if (e.name == "kl") {
+    // kl runs the shipped tiny language model on its own text; the suite's model (a serving
+    // model: run_suite refuses others) and drive are for the other experiments.
+    o.model_given = false;
+    o.drive.clear();
+  }
   o.experiment = e.name;
   o.out = dir + "/" + e.name + ".h5";
   return o;
@@ -90,12 +94,20 @@ int run_suite(const Options& base) {
   const std::string summary_path = base.summary.empty() ? dir + "/summary.json" : base.summary;
   const ModelConfig model = options_model(base);
   check_drive_option(base, model);
+  if (base.drive == "tinylm")
+    fail(
+        "suite: --drive tinylm runs on the tiny language model, which has no KV cache for memory, "
+        "capacity, firecount and replay; run codec or chain with --drive tinylm (kl always runs "
+        "the tiny model)");
   if (model.full_layer_count() == 0)
     fail(
         "suite: model {} has no full-attention layers (no KV cache); memory, capacity, firecount "
-        "and replay model a hybrid serving model. Run codec, chain or kl on it alone, or give "
-        "suite a serving model (--model, data/models/)",
+        "and replay model a hybrid serving model. Run codec or chain on it alone, or give suite a "
+        "serving model (--model, data/models/)",
         model.name);
+  // The pool sizes of capacity and firecount against the memory budget, before any work.
+  kv_tokens_for_pools(
+      compute_budget(model, options_dtypes(base), options_budget_inputs(base, true)), model);
   {
     // Every file the suite will write, checked before any work (check_run_outputs).
     Options o = base;

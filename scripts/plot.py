@@ -200,6 +200,8 @@ def plot_memory(f, out):
     (experiments/memory.cpp)."""
     g = f["memory"]
     names = _strings(g["models"])
+    if not names:  # no shipped model fits the run's options (memory/models_not_computed)
+        return []
     parts = [("active", "temporal_gib", "active: temporal"), ("active", "conv_gib", "active: conv"),
              ("checkpoint", "temporal_gib", "checkpoint: int8 temporal"),
              ("checkpoint", "scale_gib", "checkpoint: scales"), ("checkpoint", "conv_gib", "checkpoint: conv")]

@@ -279,7 +279,11 @@ TEST(Summary, MalformedThresholdsAreNamed) {
   const std::string row = R"({"op": "<", "limit": 1.0, "reason": "r"})";
   const std::pair<std::string, std::string> cases[] = {
       {R"({"limits": {"a": )" + row + R"(, "a": {"op": ">", "limit": 0, "reason": "r"}}})",
-       "key 'a' appears twice"},
+       "key 'a' (in 'limits') appears twice"},
+      {R"({"limits": {"a": {"op": "<", "op": ">", "limit": 1.0, "reason": "r"}}})",
+       "key 'op' (in 'a') appears twice"},
+      {R"({"limits": {"a": {"op": "<", "limit": 1.0, "reason": "r", "extra": 5}}})",
+       "limit 'a': unknown field 'extra'"},
       {R"({"limits": {"a": )" + row + "}} trailing", "not valid JSON"},
       {R"({"limits": {}})", "'limits' is empty"},
       {R"({"limits": {"": )" + row + "}}", "empty key"},

@@ -59,6 +59,7 @@ TEST(Options, OutOfRangeValuesNameTheirOption) {
       {[](Options& o) { o.trace_bad_lines = "maybe"; }, "--trace-bad-lines"},
       {[](Options& o) { o.device = "tpu"; }, "--device"},
       {[](Options& o) { o.scale_dtype = "fp8"; }, "--scale-dtype must be bf16 or fp32"},
+      {[](Options& o) { o.active_slots = 1 << 22; }, "--ckpt-slots 0 means 2 x --active-slots"},
       {[](Options& o) { o.states = "x.safetensors"; }, "without --drive states"},
       {[](Options& o) { o.drive = "nosuch"; }, "unknown drive"},
       {[](Options& o) { o.trace = "/nonexistent/trace.jsonl"; },
@@ -166,8 +167,6 @@ TEST(Suite, ExperimentOptionsKeepTheTinyModelForKl) {
   EXPECT_EQ(m.device, "cpu");
   EXPECT_EQ(m.experiment, "memory");
   EXPECT_EQ(m.drive, "seed-kda");
-  base.model = default_tinylm_config_path();  // a tiny-model config is kl's to use
-  EXPECT_TRUE(suite_experiment_options(base, kl, "r").model_given);
 }
 
 // A model without full attention (the tiny language model) has no KV cache for the cache
@@ -177,7 +176,6 @@ TEST(Suite, ModelWithoutKvCacheIsRefusedBeforeAnyWork) {
   std::filesystem::remove_all(::testing::TempDir() + "suite_tiny");
   Options o;
   o.experiment = "suite";
-  o.drive = "tinylm";
   o.model = default_tinylm_config_path();
   o.quick = true;
   o.out = dir;
@@ -188,6 +186,17 @@ TEST(Suite, ModelWithoutKvCacheIsRefusedBeforeAnyWork) {
     EXPECT_NE(std::string(e.what()).find("no full-attention layers"), std::string::npos)
         << e.what();
   }
+  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "suite_tiny"));
+  // Two more refusals made before any experiment runs: --drive tinylm (whatever the model), and
+  // pools that leave capacity and firecount no KV token.
+  o.model = "qwen3.5-35b-a3b";
+  o.drive = "tinylm";
+  EXPECT_NE(test_support::error_of([&] { run_suite(o); }).find("suite: --drive tinylm"),
+            std::string::npos);
+  o.drive.clear();
+  o.ckpt_slots = 40000;
+  EXPECT_NE(test_support::error_of([&] { run_suite(o); }).find("leave no memory for the KV cache"),
+            std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "suite_tiny"));
 }
 
@@ -255,11 +264,11 @@ TEST(MemoryExperiment, StatePoolsBeyondTheMemoryAreReportedOrRefused) {
     H5Writer file(dir + "m.h5");
     Summary summary;
     run_memory(o, m, file, summary);
-    const double excess_gib =
-        (256.0 + 1) * 16097280 / (1 << 30) + (40000.0 + 1) * 4423680 / (1 << 30) -
-        summary.get("memory.active.total_gib") - summary.get("memory.checkpoint.total_gib");
-    EXPECT_NEAR(excess_gib, 0.0, 1e-9);  // pool totals include slot 0
-    EXPECT_GT(summary.get("memory.state_pools_over_cache_memory_gib"), 60.0);
+    // By hand: (A + 1) active and (C + 1) checkpoint slots (slot 0 included) of 16,097,280 and
+    // 4,423,680 bytes, against 141 GB x 0.88 - bf16 weights / TP for caches.
+    const double rest = 141e9 * 0.88 - m.params_billion * 1e9 * 2.0 / m.tp;
+    const double excess = (256.0 + 1) * 16097280 + (40000.0 + 1) * 4423680 - rest;
+    EXPECT_NEAR(summary.get("memory.state_pools_over_cache_memory_gib"), excess / (1 << 30), 1e-9);
     EXPECT_EQ(summary.get("memory.kv_tokens.correct"), 0.0);
   }
   for (const ExperimentFn& run : {ExperimentFn(run_capacity), ExperimentFn(run_firecount)}) {

@@ -12,10 +12,11 @@
 // mode, the checkpoint pool in int8 mode; eviction returns them there.
 //
 // Invariants (check(), spec cache.md section 4): full lock >= state lock; a locked state implies a
-// state; full lock of a node >= the sum over its children; a leaf is never a tombstone; the root
-// holds nothing, is always locked and is in no list; both lists are in access order (strictly
-// decreasing ticks from the most recent end); the evictable and protected counters equal the sums
-// over the nodes; when idle nothing is locked.
+// state; the locks taken on the node itself (own_locks) are at most its full lock and equal its
+// state lock while it holds a state; full lock of a node >= the sum over its children; a leaf is
+// never a tombstone; the root holds nothing, is always locked and is in no list; both lists are in
+// access order (strictly decreasing ticks from the most recent end); the evictable and protected
+// counters equal the sums over the nodes; when idle nothing is locked.
 #pragma once
 
 #include <cstdint>
@@ -111,7 +112,7 @@ class RadixTree {
   // (exclusive). unlock reverses it; unlocking an unlocked node throws statecheck::Error. A lock
   // taken on a tombstone (possible only under KV-only matching, where a hit need not hold a state)
   // is counted on the node (own_locks): a state inserted there later starts with that many state
-  // locks, so the unlock finds what it releases (SGLang never locks a tombstone).
+  // locks, so the unlock finds what it releases (the spec does not cover a lock on a tombstone).
   void lock(int32_t node);
   void unlock(int32_t node);
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io/paths.h"
@@ -32,17 +33,25 @@ std::vector<ThresholdRow> load_thresholds(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open thresholds file", path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Duplicate keys would let a later entry silently replace an earlier limit: refused.
-  std::vector<std::set<std::string>> keys;
+  // Duplicate keys would let a later entry silently replace an earlier limit: refused, naming the
+  // object they repeat in (per open object: its keys so far and the key that opened it).
+  struct Open {
+    std::set<std::string> keys;
+    std::string last;
+  };
+  std::vector<Open> open;
   std::string duplicate;
   const json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
     if (ev == json::parse_event_t::object_start) {
-      keys.emplace_back();
+      open.emplace_back();
     } else if (ev == json::parse_event_t::object_end) {
-      keys.pop_back();
-    } else if (ev == json::parse_event_t::key && duplicate.empty() &&
-               !keys.back().insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
+      open.pop_back();
+    } else if (ev == json::parse_event_t::key) {
+      const std::string k = parsed.get<std::string>();
+      if (duplicate.empty() && !open.back().keys.insert(k).second)
+        duplicate = open.size() > 1 ? fmt::format("'{}' (in '{}')", k, open[open.size() - 2].last)
+                                    : fmt::format("'{}'", k);
+      open.back().last = k;
     }
     return true;
   };
@@ -52,7 +61,7 @@ std::vector<ThresholdRow> load_thresholds(const std::string& path) {
   } catch (const json::exception& e) {
     fail("{}: not valid JSON ({})", path, e.what());
   }
-  if (!duplicate.empty()) fail("{}: key '{}' appears twice in one object", path, duplicate);
+  if (!duplicate.empty()) fail("{}: key {} appears twice in one object", path, duplicate);
   if (!j.is_object() || !j.contains("limits") || !j["limits"].is_object())
     fail("{}: missing object 'limits'", path);
   if (j["limits"].empty()) fail("{}: 'limits' is empty (the gate would check nothing)", path);
@@ -64,6 +73,10 @@ std::vector<ThresholdRow> load_thresholds(const std::string& path) {
     if (row.key.empty()) fail("{}: a limit has an empty key", path);
     if (!r.is_object() || !r.contains("op") || !r.contains("limit") || !r.contains("reason"))
       fail("{}: limit '{}' needs op, limit and reason", path, row.key);
+    for (auto f = r.begin(); f != r.end(); ++f)
+      if (f.key() != "op" && f.key() != "limit" && f.key() != "reason")
+        fail("{}: limit '{}': unknown field '{}' (a row has op, limit and reason)", path, row.key,
+             f.key());
     if (!r["op"].is_string()) fail("{}: limit '{}': 'op' must be a string", path, row.key);
     row.op = r["op"].get<std::string>();
     if (row.op != "<" && row.op != ">" && row.op != "<=" && row.op != ">=")

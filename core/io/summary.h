@@ -38,7 +38,8 @@ struct ThresholdRow {
 // Reads the thresholds file ({"limits": {key: {"op", "limit", "reason"}}}); throws
 // statecheck::Error naming the file (and the key) when it is not a regular file, not strict JSON
 // (text after the value), has a key twice in one object, no or empty 'limits', an empty key, or a
-// malformed row (op not one of < > <= >=, limit not a number, reason not a non-empty string).
+// malformed row (op not one of < > <= >=, limit not a number, reason not a non-empty string, any
+// other field).
 std::vector<ThresholdRow> load_thresholds(const std::string& path);
 
 // Fills value/present/pass of each row from `summary`.

@@ -138,6 +138,9 @@ ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
   return m;
 }
 
+// A model's name is printed in logs and stored in result files.
+constexpr size_t kMaxModelName = 256;
+
 // Hugging Face config.json of Qwen3-Next / Qwen3.5 (fields linear_*; layer_types or
 // full_attention_interval) or Kimi-Linear (linear_attn_config with 1-based layer lists).
 ModelConfig parse_hf_config(const json& top, const std::string& origin) {
@@ -148,7 +151,8 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
   ModelConfig m;
   m.source = origin;
   m.name = top.value("_name_or_path", std::string());
-  if (m.name.empty()) m.name = model_type;  // HF configs saved locally may leave it empty
+  // Configs saved locally may leave '_name_or_path' empty or make it a long directory path.
+  if (m.name.empty() || m.name.size() > kMaxModelName) m.name = model_type;
   m.num_layers = get_int(j, "num_hidden_layers", origin, where);
   if (model_type.rfind("qwen3_next", 0) == 0 || model_type.rfind("qwen3_5", 0) == 0) {
     m.gate = GateKind::gdn;
@@ -257,9 +261,8 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
         "{}: field 'name' (Hugging Face: '_name_or_path' or 'model_type') must be a non-empty "
         "string",
         origin);
-  constexpr size_t kMaxName = 256;  // it is printed in logs and stored in result files
-  if (m.name.size() > kMaxName)
-    fail("{}: field 'name' has {} characters (at most {})", origin, m.name.size(), kMaxName);
+  if (m.name.size() > kMaxModelName)
+    fail("{}: field 'name' has {} characters (at most {})", origin, m.name.size(), kMaxModelName);
   for (size_t i = 0; i < m.name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(m.name[i]);
     if (c < 0x20 || c == 0x7f)  // it is printed in logs and stored in result files

@@ -37,7 +37,9 @@ inline float silu(float x) {
 }
 
 // out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight, mean accumulated in fp64.
-void rms_norm_rows(const float* x, int T, int D, const float* weight, float eps, float* out) {
+// `what` and `layer` (-1: none) name the norm in errors.
+void rms_norm_rows(const float* x, int T, int D, const float* weight, float eps, float* out,
+                   const char* what, int layer) {
   for (int t = 0; t < T; ++t) {
     const float* xr = x + static_cast<size_t>(t) * D;
     double ss = 0.0;
@@ -45,8 +47,10 @@ void rms_norm_rows(const float* x, int T, int D, const float* weight, float eps,
     // A mean square beyond fp32 would make the norm 0 and every prediction uniform: finite but
     // meaningless weights (not a trained model's), refused rather than scored.
     if (!(ss / D <= std::numeric_limits<float>::max()))
-      fail("tiny model: activations overflow fp32 before an RMSNorm (row {}, mean square {:.3g})",
-           t, ss / D);
+      fail(
+          "tiny model: activations overflow fp32 (or are NaN) before the {}{} (row {}, mean square "
+          "{:.3g}); the weights are not a trained model's",
+          what, layer >= 0 ? fmt::format(" of layer {}", layer) : std::string(), t, ss / D);
     const float r = 1.0f / std::sqrt(static_cast<float>(ss / D) + eps);
     float* o = out + static_cast<size_t>(t) * D;
     for (int i = 0; i < D; ++i) o[i] = (xr[i] * r) * weight[i];
@@ -305,7 +309,7 @@ std::vector<float> TinyLM::forward(const uint8_t* tokens, int T, TinyLMState& st
 
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
-    rms_norm_rows(x.data(), T, D, L.attn_norm.data(), c.norm_eps, h.data());
+    rms_norm_rows(x.data(), T, D, L.attn_norm.data(), c.norm_eps, h.data(), "attention norm", l);
     linear_fixed_order(h.data(), T, D, L.in_proj.data(), P, proj.data());
 
     // Causal depthwise conv over the q, k, v channels with the carried conv state, then SiLU.
@@ -361,13 +365,14 @@ std::vector<float> TinyLM::forward(const uint8_t* tokens, int T, TinyLMState& st
       for (int hv = 0; hv < HV; ++hv) {
         const size_t base = (static_cast<size_t>(t) * HV + hv) * dv;
         const float* z = &proj[static_cast<size_t>(t) * P + cd + static_cast<size_t>(hv) * dv];
-        rms_norm_rows(&o[base], 1, dv, L.out_norm.data(), c.norm_eps, &on[base]);
+        rms_norm_rows(&o[base], 1, dv, L.out_norm.data(), c.norm_eps, &on[base],
+                      "gated output norm", l);
         for (int i = 0; i < dv; ++i) on[base + i] = on[base + i] * silu(z[i]);
       }
     linear_fixed_order(on.data(), T, HV * dv, L.o_proj.data(), D, x.data(), /*accumulate=*/true);
 
     // SwiGLU MLP.
-    rms_norm_rows(x.data(), T, D, L.mlp_norm.data(), c.norm_eps, h.data());
+    rms_norm_rows(x.data(), T, D, L.mlp_norm.data(), c.norm_eps, h.data(), "MLP norm", l);
     linear_fixed_order(h.data(), T, D, L.gate_up.data(), 2 * F, gu.data());
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < F; ++i) {
@@ -377,7 +382,7 @@ std::vector<float> TinyLM::forward(const uint8_t* tokens, int T, TinyLMState& st
     linear_fixed_order(act.data(), T, F, L.down.data(), D, x.data(), /*accumulate=*/true);
   }
 
-  rms_norm_rows(x.data(), T, D, final_norm_.data(), c.norm_eps, h.data());
+  rms_norm_rows(x.data(), T, D, final_norm_.data(), c.norm_eps, h.data(), "final norm", -1);
   if (opt.final_hidden) *opt.final_hidden = h;
   if (!opt.logits) return {};
   std::vector<float> logits(Ts * 256);
