@@ -413,3 +413,49 @@ TEST(CacheKvOnlyMatch, StateInsertedAtALockedTombstoneIsReleasedCleanly) {
   EXPECT_EQ(k.hit_tokens, 1535 + 1536);  // b: all but its last token; c: b's split + 1 token
   EXPECT_EQ(k.state_hits, 2);
 }
+
+// KV-only matching models an unbounded cache: an eviction under it could strand a locked
+// tombstone as a leaf, so pools that would need one are refused by name (replay sizes the
+// reference's pools beyond what the trace fills).
+TEST(CacheKvOnlyMatch, PoolsThatWouldEvictAreRefused) {
+  EngineConfig cfg = small_config(CacheMode::int8, CacheStrategy::extra_buffer);
+  cfg.cache.payload = false;
+  cfg.cache.kv_only_match = true;
+  cfg.cache.active_slots = 16;
+  cfg.cache.ckpt_slots = 16;
+  cfg.cache.kv_tokens = 100;
+  Engine engine(cfg);
+  std::vector<int32_t> a(100), b;
+  for (int32_t i = 0; i < 100; ++i) a[i] = i + 1;
+  b.assign(a.begin(), a.begin() + 30);
+  for (int32_t i = 0; i < 40; ++i) b.push_back(1000 + i);
+  engine.submit(RequestSpec{a, 1, 0.0, 0});
+  engine.submit(RequestSpec{b, 1, 0.0, 1});
+  const std::string e = error_of([&] { engine.run(); });
+  EXPECT_NE(e.find("KV-only matching models an unbounded cache, but the KV pool is full"),
+            std::string::npos)
+      << e;
+}
+
+// A bf16 pool of exactly one request's slots cannot hold a hit's copy next to its cached state:
+// an idle engine admits the request as a miss (evicting the state) instead of reporting that it
+// can never be admitted.
+TEST(CacheAllocation, SingleRequestBf16PoolRunsAHitAsAMiss) {
+  EngineConfig cfg = small_config(CacheMode::bf16, CacheStrategy::extra_buffer);
+  cfg.cache.overlap_schedule = false;  // live + 1 tracking slot
+  cfg.cache.active_slots = 2;
+  cfg.cache.chunk_granularity = 4;
+  cfg.cache.kv_tokens = 1000;
+  Engine engine(cfg);
+  std::vector<int32_t> b(12);
+  for (int32_t i = 0; i < 12; ++i) b[i] = i + 1;
+  const std::vector<int32_t> a(b.begin(), b.begin() + 8);  // b extends a
+  engine.submit(RequestSpec{a, 1, 0.0, 0});
+  engine.submit(RequestSpec{b, 1, 1.0, 1});
+  engine.run();
+  engine.check();
+  ASSERT_EQ(engine.records().size(), 2u);
+  EXPECT_EQ(engine.records()[1].cached_tokens, 0);  // ran as a miss
+  EXPECT_EQ(engine.cache().counters().admissions, 2);
+  EXPECT_EQ(engine.cache().tree().counters().state_evictions, 1);  // a's cached state made room
+}

@@ -68,10 +68,32 @@ SlotAllocator& StateCache::cached_state_allocator() {
 
 // ---- slot helpers -------------------------------------------------------------------------------
 
+// KV-only matching models an unbounded cache (replay's reference): a hit there may lock a
+// tombstone, and an eviction below it would leave a locked tombstone leaf. Its pools are sized so
+// that nothing is ever evicted; one that is too small is refused here.
+void StateCache::refuse_eviction_if_kv_only(const char* what) const {
+  if (cfg_.kv_only_match)
+    fail(
+        "cache: KV-only matching models an unbounded cache, but the {} is full and would have to "
+        "evict (size its pools beyond what the workload fills)",
+        what);
+}
+
+int32_t StateCache::evict_states(int32_t count) {
+  refuse_eviction_if_kv_only(cfg_.mode == CacheMode::int8 ? "checkpoint or active pool"
+                                                          : "active pool");
+  return tree_.evict_state(count);
+}
+
+int64_t StateCache::evict_kv(int64_t tokens) {
+  refuse_eviction_if_kv_only("KV pool");
+  return tree_.evict_full(tokens);
+}
+
 int32_t StateCache::alloc_active_evicting() {
   int32_t s = active_.allocator().alloc();
   if (s == kNoSlot && cfg_.mode == CacheMode::bf16) {
-    tree_.evict_state(1);
+    evict_states(1);
     s = active_.allocator().alloc();
   }
   if (s == kNoSlot) ++counters_.alloc_failures;
@@ -82,7 +104,7 @@ int32_t StateCache::alloc_cached_slot_evicting() {
   if (cfg_.mode == CacheMode::bf16) return alloc_active_evicting();
   int32_t s = ckpt_.allocator().alloc();
   if (s == kNoSlot) {
-    tree_.evict_state(1);
+    evict_states(1);
     s = ckpt_.allocator().alloc();
   }
   if (s == kNoSlot) ++counters_.alloc_failures;
@@ -150,7 +172,7 @@ void StateCache::match(CacheRequest& r, const int32_t* tokens, int64_t n) {
     int32_t s = active_.allocator().alloc();
     if (s == kNoSlot && cfg_.mode == CacheMode::bf16) {
       tree_.lock(m.hit_node);  // the evict must not reclaim the state we copy from
-      tree_.evict_state(1);
+      evict_states(1);
       s = active_.allocator().alloc();
       tree_.unlock(m.hit_node);
     }
@@ -191,7 +213,7 @@ void StateCache::admit(CacheRequest& r, const int32_t* tokens, int64_t prompt_le
   r.next_track = 0;
   const int32_t need = cfg_.slots_per_request() - (r.active != kNoSlot ? 1 : 0);
   if (cfg_.mode == CacheMode::bf16 && active_.allocator().available() < kAdmissionSlotCharge)
-    tree_.evict_state(kAdmissionSlotCharge - active_.allocator().available());
+    evict_states(kAdmissionSlotCharge - active_.allocator().available());
   if (active_.allocator().available() < need) {
     tree_.unlock(r.hit_node);
     r.last_node = RadixTree::kRoot;
@@ -236,7 +258,7 @@ void StateCache::cancel(CacheRequest& r) {
 }
 
 bool StateCache::alloc_kv(CacheRequest& r, int64_t n) {
-  if (kv_.available() < n) tree_.evict_full(n - kv_.available());
+  if (kv_.available() < n) evict_kv(n - kv_.available());
   if (!kv_.alloc(n)) {
     ++counters_.alloc_failures;
     return false;

@@ -56,7 +56,7 @@ struct CacheConfig {
   // KV-only matching (SGLang skip_mamba_match): every cached prefix counts as restorable, the hit
   // is the whole walk and no state is copied (a load is still counted). Only for the unbounded
   // reference cache of the replay experiment, which measures what the trace offers; never a mode
-  // of the engine model.
+  // of the engine model. Its pools must never need an eviction (statecheck::Error if they do).
   bool kv_only_match = false;
 
   int tracking_slots() const {
@@ -185,6 +185,10 @@ class StateCache {
   void check(const std::vector<const CacheRequest*>& requests) const;
 
  private:
+  // The tree's evict_state / evict_full, refused under KV-only matching (an unbounded cache).
+  void refuse_eviction_if_kv_only(const char* what) const;
+  int32_t evict_states(int32_t count);
+  int64_t evict_kv(int64_t tokens);
   int32_t alloc_active_evicting();       // bf16: evicts one state when empty
   int32_t alloc_cached_slot_evicting();  // slot for a new cached state (either pool)
   void free_request_slots(CacheRequest& r, int32_t keep);
