@@ -30,6 +30,16 @@ BudgetInputs options_budget_inputs(const Options& o, bool with_pools);
 // and the memory for caches when the pools leave no KV token.
 int64_t kv_tokens_for_pools(const Budget& b, const ModelConfig& m);
 
+// replay's pools at equal memory (experiments/replay.cpp): the bf16 single pool from SGLang's
+// ratio split of the memory budget, and the int8 active + checkpoint pools in the same state bytes.
+// Throws statecheck::Error naming the model and the slot counts when either is above
+// kMaxPoolSlots, and whatever compute_budget throws.
+struct ReplayPools {
+  Budget bf16;
+  Int8Split int8;
+};
+ReplayPools replay_pools(const Options& o, const ModelConfig& m);
+
 // Cache configuration from the options: --mode, --strategy, --active-slots, --ckpt-slots (0: 2A),
 // --chunk-granularity, --track-interval, --no-payload, dtypes; `kv_tokens` as given.
 CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens);

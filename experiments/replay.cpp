@@ -136,6 +136,23 @@ double bench_match_insert(const std::vector<TraceRequest>& reqs, double* seconds
 
 }  // namespace
 
+ReplayPools replay_pools(const Options& o, const ModelConfig& m) {
+  const StateDtypes dt = options_dtypes(o);
+  ReplayPools p;
+  p.bf16 = compute_budget(m, dt, options_budget_inputs(o, false));  // A from the ratio split
+  const int64_t A_bf16 = p.bf16.active.slots;
+  p.int8 =
+      int8_split_at_equal_memory(A_bf16, active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
+  if (std::max(A_bf16, p.int8.ckpt) > kMaxPoolSlots)
+    fail(
+        "replay: model {} at TP {}: the memory budget ({:.2f} GiB for caches) gives {} active "
+        "slots of {} bytes, {} checkpoint slots at equal memory; the cache model holds at most {} "
+        "per pool (check the model's state shape, or lower --gpu-mem-gib)",
+        m.name, m.tp, p.bf16.rest_bytes / kGiB, A_bf16, active_slot_bytes(m, dt).total(),
+        p.int8.ckpt, kMaxPoolSlots);
+  return p;
+}
+
 void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   const std::string path = trace_path(o);
   Trace trace = load_mooncake_trace(path, parse_bad_lines(o.trace_bad_lines));
@@ -166,19 +183,11 @@ void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
 
   // ---- memory budget ----------------------------------------------------------------------------
   const StateDtypes dt = options_dtypes(o);
-  const BudgetInputs bi = options_budget_inputs(o, false);
-  const Budget bf16_budget = compute_budget(m, dt, bi);  // A from the ratio split
+  const ReplayPools pools = replay_pools(o, m);
+  const Budget& bf16_budget = pools.bf16;
   const int64_t A_bf16 = bf16_budget.active.slots;
-  const Int8Split split =
-      int8_split_at_equal_memory(A_bf16, active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
+  const Int8Split& split = pools.int8;
   const int64_t kv_tokens = bf16_budget.kv_tokens_correct;
-  if (std::max(A_bf16, split.ckpt) > kMaxPoolSlots)
-    fail(
-        "replay: model {} at TP {}: the memory budget ({:.2f} GiB for caches) gives {} active "
-        "slots of {} bytes, {} checkpoint slots at equal memory; the cache model holds at most {} "
-        "per pool (check the model's state shape, or lower --gpu-mem-gib)",
-        m.name, m.tp, bf16_budget.rest_bytes / kGiB, A_bf16, active_slot_bytes(m, dt).total(),
-        split.ckpt, kMaxPoolSlots);
   fmt::print(
       "replay: memory per GPU: {:.2f} GiB for caches; bf16: {} active slots ({:.2f} GiB); int8: {} "
       "active + {} "

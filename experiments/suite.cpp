@@ -105,9 +105,10 @@ int run_suite(const Options& base) {
         "and replay model a hybrid serving model. Run codec or chain on it alone, or give suite a "
         "serving model (--model, data/models/)",
         model.name);
-  // The pool sizes of capacity and firecount against the memory budget, before any work.
+  // The pool sizes of capacity, firecount and replay against the memory budget, before any work.
   kv_tokens_for_pools(
       compute_budget(model, options_dtypes(base), options_budget_inputs(base, true)), model);
+  replay_pools(base, model);
   {
     // Every file the suite will write, checked before any work (check_run_outputs).
     Options o = base;

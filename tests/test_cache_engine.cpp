@@ -458,4 +458,6 @@ TEST(CacheAllocation, SingleRequestBf16PoolRunsAHitAsAMiss) {
   EXPECT_EQ(engine.records()[1].cached_tokens, 0);  // ran as a miss
   EXPECT_EQ(engine.cache().counters().admissions, 2);
   EXPECT_EQ(engine.cache().tree().counters().state_evictions, 1);  // a's cached state made room
+  EXPECT_EQ(engine.cache().counters().cow_fallbacks, 1);
+  EXPECT_EQ(engine.cache().counters().cancelled_matches, 0);
 }

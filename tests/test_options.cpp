@@ -145,9 +145,8 @@ TEST(Options, OutputsThatCollideAreRefused) {
   EXPECT_NE(error_for(o, {dir + "/a.h5"}).find("--summary " + o.summary), std::string::npos);
 }
 
-// suite passes its options on, except that kl keeps the tiny language model when --model names a
-// serving model (kl refuses a serving model given with --model), and experiments without a CUDA
-// path run on the CPU.
+// suite passes its options on, except that kl runs the tiny language model without the suite's
+// --model and --drive (kl refuses both), and experiments without a CUDA path run on the CPU.
 TEST(Suite, ExperimentOptionsKeepTheTinyModelForKl) {
   ExperimentEntry kl{"kl", "", nullptr, true, true};
   ExperimentEntry memory{"memory", "", nullptr, true, false};
@@ -229,6 +228,12 @@ TEST(Replay, PoolsBeyondTheCacheModelsLimitAreRefused) {
   const std::string e = test_support::error_of([&] { run_replay(o, m, file, summary); });
   EXPECT_NE(e.find("model tinyslot at TP 1"), std::string::npos) << e;
   EXPECT_NE(e.find("holds at most 4194304 per pool"), std::string::npos) << e;
+  // suite makes the same check before its first experiment (nothing written).
+  o.experiment = "suite";
+  o.out = dir + "suite_out";
+  const std::string se = test_support::error_of([&] { run_suite(o); });
+  EXPECT_NE(se.find("holds at most 4194304 per pool"), std::string::npos) << se;
+  EXPECT_FALSE(std::filesystem::exists(dir + "suite_out"));
 }
 
 // memory's table of the shipped models is context for the selected model: on an 80 GB card

@@ -138,14 +138,17 @@ bool Engine::try_prefill() {
     int64_t extend = n - r.c.hit_len;
     int64_t need = extend + (r.spec.output_len - r.generated - 1);
     if (!cache_.can_admit(r.c, reserved_ + need)) {
-      const bool hit = r.c.hit_len > 0;
-      cache_.cancel(r.c);  // a miss from here on
       // An idle engine whose active pool cannot hold a hit's copy next to its cached state (a
       // bf16 pool of one request's slots) runs the request as a miss rather than never.
+      const bool idle = running_.empty() && chunked_ < 0;
+      if (!idle || r.c.hit_len == 0) {
+        cache_.cancel(r.c);
+        break;
+      }
+      cache_.degrade_to_miss(r.c);
       extend = n;
       need = extend + (r.spec.output_len - r.generated - 1);
-      if (!hit || !running_.empty() || chunked_ >= 0 || !cache_.can_admit(r.c, reserved_ + need))
-        break;
+      if (!cache_.can_admit(r.c, reserved_ + need)) break;
     }
     cache_.admit(r.c, r.tokens.data(), n);
     r.reserve_left = need;

@@ -16,8 +16,10 @@
 //     requests are cached.
 //   otherwise simulated time jumps to the next arrival.
 // The first waiting request that cannot be admitted blocks the queue (FCFS); its copy-on-write
-// slot is given back. KV admission reserves a request's whole remaining need (prompt extend +
-// outputs), like SGLang's PrefillAdder with new_token_ratio = 1.
+// slot is given back. Only an idle engine whose active pool cannot hold that request's hit next to
+// its cached state (a bf16 pool of one request's slots) admits it as a miss instead. KV admission
+// reserves a request's whole remaining need (prompt extend + outputs), like SGLang's PrefillAdder
+// with new_token_ratio = 1.
 //
 // Token ids: prompts come from the workload; generated tokens get unique negative ids (they never
 // match anything), one per output token.

@@ -80,8 +80,7 @@ void StateCache::refuse_eviction_if_kv_only(const char* what) const {
 }
 
 int32_t StateCache::evict_states(int32_t count) {
-  refuse_eviction_if_kv_only(cfg_.mode == CacheMode::int8 ? "checkpoint or active pool"
-                                                          : "active pool");
+  refuse_eviction_if_kv_only(cfg_.mode == CacheMode::int8 ? "checkpoint pool" : "active pool");
   return tree_.evict_state(count);
 }
 
@@ -254,7 +253,14 @@ void StateCache::cancel(CacheRequest& r) {
   r.cow_src = kNoSlot;
   r.hit_len = 0;
   r.hit_node = RadixTree::kRoot;
+  r.branching_len = -1;
   ++counters_.cancelled_matches;
+}
+
+void StateCache::degrade_to_miss(CacheRequest& r) {
+  cancel(r);
+  --counters_.cancelled_matches;
+  ++counters_.cow_fallbacks;
 }
 
 bool StateCache::alloc_kv(CacheRequest& r, int64_t n) {

@@ -141,8 +141,13 @@ class StateCache {
   //     clears it, and counts the admission. `prompt_len` is counted as prompt tokens. Throws
   //     statecheck::Error when a slot cannot be had (call can_admit first) or a restore differs.
   void admit(CacheRequest& r, const int32_t* tokens, int64_t prompt_len);
-  // 3b. cancel: a matched request that is not admitted gives its copy-on-write slot back.
+  // 3b. cancel: a matched request that is not admitted gives its copy-on-write slot back (its hit
+  //     and branching point are cleared; it is matched again before its next admission).
   void cancel(CacheRequest& r);
+  // 3c. degrade_to_miss: the same for a request about to be admitted without its hit (counted in
+  //     cow_fallbacks, not cancelled_matches): an idle engine whose active pool cannot hold the
+  //     hit's copy next to its cached state.
+  void degrade_to_miss(CacheRequest& r);
 
   // KV for `n` more tokens of r (evicting the least recent unlocked leaves when short); false and
   // nothing taken when the pool cannot provide them.

@@ -48,9 +48,10 @@ void rms_norm_rows(const float* x, int T, int D, const float* weight, float eps,
     // meaningless weights (not a trained model's), refused rather than scored.
     if (!(ss / D <= std::numeric_limits<float>::max()))
       fail(
-          "tiny model: activations overflow fp32 (or are NaN) before the {}{} (row {}, mean square "
+          "tiny model: activations overflow fp32 (or are NaN) before the {}{} ({}mean square "
           "{:.3g}); the weights are not a trained model's",
-          what, layer >= 0 ? fmt::format(" of layer {}", layer) : std::string(), t, ss / D);
+          what, layer >= 0 ? fmt::format(" of layer {}", layer) : std::string(),
+          T > 1 ? fmt::format("row {}, ", t) : std::string(), ss / D);
     const float r = 1.0f / std::sqrt(static_cast<float>(ss / D) + eps);
     float* o = out + static_cast<size_t>(t) * D;
     for (int i = 0; i < D; ++i) o[i] = (xr[i] * r) * weight[i];
