@@ -1,7 +1,6 @@
 #include "core/io/summary.h"
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>

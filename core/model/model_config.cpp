@@ -9,7 +9,9 @@
 #include <iterator>
 #include <set>
 
+#include "core/io/paths.h"
 #include "core/util/error.h"
+#include "core/util/json_int.h"
 
 namespace statecheck {
 
@@ -36,9 +38,7 @@ namespace {
 // "full_attention_layers[3]"), which quotes the value as written.
 int bounded_int(const json& v, const std::string& origin, const std::string& field) {
   if (!v.is_number_integer()) fail("{}: field '{}' must be an integer", origin, field);
-  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)
-                        ? INT64_MAX
-                        : v.get<int64_t>();
+  const int64_t x = json_int64(v);
   if (x < -1000000 || x > 1000000)
     fail("{}: field '{}' = {} is outside [-1e6, 1e6]", origin, field, v.dump());
   return static_cast<int>(x);
@@ -387,9 +387,7 @@ ModelConfig load_model(const std::string& name_or_path, int tp) {
            known);
     }
   }
-  if (!fs::exists(path)) fail("--model {}: no such file", path.string());
-  if (!fs::is_regular_file(path))
-    fail("--model {}: not a regular file (expected a model config .json)", path.string());
+  check_input_file("--model", path.string());
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open model config", path.string());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

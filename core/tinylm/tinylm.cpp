@@ -13,6 +13,7 @@
 #include "core/io/safetensors.h"
 #include "core/tinylm/linear.h"
 #include "core/util/error.h"
+#include "core/util/json_int.h"
 
 namespace statecheck {
 
@@ -108,10 +109,7 @@ int get_positive(const json& j, const char* key, const std::string& origin) {
   constexpr int64_t kMax = int64_t{1} << 20;
   if (!j.contains(key)) fail("{}: missing field 'tinylm.{}'", origin, key);
   const json& v = j[key];
-  const bool ok = v.is_number_unsigned()  ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= kMax
-                  : v.is_number_integer() ? v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMax
-                                          : false;
-  if (!ok)
+  if (!v.is_number_integer() || json_int64(v) < 1 || json_int64(v) > kMax)
     fail("{}: field 'tinylm.{}' must be an integer in [1, {}], got {}", origin, key, kMax,
          v.dump());
   return static_cast<int>(v.get<int64_t>());

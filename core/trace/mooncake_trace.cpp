@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/util/error.h"
+#include "core/util/json_int.h"
 
 namespace statecheck {
 
@@ -45,16 +46,11 @@ std::string parse_line(const std::string& text, TraceRequest& r) {
   // A year of traffic is 3.2e10 ms; later stamps are a unit mistake, not a trace to bin by minute.
   if (r.timestamp_ms > 3.2e10)
     return fmt::format("timestamp {} ms is later than one year", ts.dump());
-  // Values are quoted as written (v.dump()): an unsigned literal above 2^63 would print as a
-  // negative number after a signed conversion.
-  auto as_int64 = [](const nlohmann::json& v) {
-    return v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX
-                                                                             : v.get<int64_t>();
-  };
+  // Values are quoted as written (v.dump()), and read without wrapping (json_int64).
   for (const char* f : {"input_length", "output_length"}) {
     const auto& v = j[f];
     if (!v.is_number_integer()) return fmt::format("field '{}' is not an integer", f);
-    const int64_t x = as_int64(v);
+    const int64_t x = json_int64(v);
     if (x < 0) return fmt::format("negative {} {}", f, v.dump());
     if (x > kTraceMaxTokens)
       return fmt::format("{} {} is more than {} tokens", f, v.dump(), kTraceMaxTokens);
@@ -68,7 +64,7 @@ std::string parse_line(const std::string& text, TraceRequest& r) {
   r.hash_ids.reserve(h.size());
   for (size_t i = 0; i < h.size(); ++i) {
     if (!h[i].is_number_integer()) return fmt::format("hash_ids[{}] is not an integer", i);
-    const int64_t x = as_int64(h[i]);
+    const int64_t x = json_int64(h[i]);
     if (x < 0 || x > kTraceMaxHashId)
       return fmt::format("hash_ids[{}] = {} outside 0..{}", i, h[i].dump(), kTraceMaxHashId);
     r.hash_ids.push_back(x);
