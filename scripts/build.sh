@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${STATECHECK_BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# Configure quietly but for statecheck's own option lines (errors still reach stderr).
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" | { grep -- '-- statecheck:' || true; }
 cmake --build "$build" -j "$(nproc)"
