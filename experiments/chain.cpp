@@ -194,6 +194,9 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
       "heads each\n",
       m.name, m.tp, source.drive_name(), codec.kind_name(), scale_dtype_name(codec.scale_dtype), T,
       L, L_all, HV);
+  if (source.count() > 1)
+    fmt::print("chain: follows state 0 of the {} states of {} (one chained sequence)\n",
+               source.count(), source.drive_name());
 
   std::vector<ChainAccumulator> per_layer(L, ChainAccumulator(variants, ns, HV, dk));
   Progress progress("chain layers", L);
@@ -217,6 +220,7 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
             gated_delta_head_fp32(shape, in, h, t, t + 1, S_n[i].data(), nullptr);
             const int spacing = T / ns[i];
             if ((t + 1) % spacing != 0) continue;
+            source.require_finite(S_n[i].data(), head, "chained state", 0, l, h, t + 1);
             roundtrip_head(codec, S_n[i].data(), dv, dk, tmp.data(), {l, h});
             S_n[i].swap(tmp);
             const ErrorStats e = compare(S_ref.data(), S_n[i].data(), head);
@@ -247,6 +251,8 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.group(g);
   file.attr(g, "drive", source.drive_name());
   file.attr(g, "codec", std::string(codec.kind_name()));
+  file.attr(g, "states_in_source", static_cast<int64_t>(source.count()));
+  file.attr(g, "state_followed", int64_t(0));
   file.attr(g, "scale_dtype", std::string(scale_dtype_name(codec.scale_dtype)));
   file.attr(g, "tokens", static_cast<int64_t>(T));
   file.attr(g, "layers_measured", static_cast<int64_t>(L));

@@ -68,11 +68,14 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     std::vector<float> o_ref(static_cast<size_t>(Td) * dv), o_hat(static_cast<size_t>(Td) * dv);
     for (int h = 0; h < HV; ++h) {
       const float* S_h = S.data() + static_cast<size_t>(h) * dv * dk;
+      source.require_finite(S_h, static_cast<size_t>(dv) * dk, "state", n, l, h, Tp);
       const size_t cell = (static_cast<size_t>(n) * L + l) * HV + h;
       for (size_t e = 0; e < static_cast<size_t>(dv) * dk; ++e)
         ref_norm_sq[cell] += double(S_h[e]) * S_h[e];
       std::copy(S_h, S_h + static_cast<size_t>(dv) * dk, work.begin());
       gated_delta_head_fp32(shape, in, h, Tp, Tp + Td, work.data(), o_ref.data());
+      source.require_finite(work.data(), work.size(), "state", n, l, h, Tp + Td);
+      source.require_finite(o_ref.data(), o_ref.size(), "decode outputs", n, l, h, Tp + Td);
       for (int c = 0; c < C; ++c) {
         roundtrip_head(codecs[c], S_h, dv, dk, S_hat.data(), {l, h});
         state_err[c * cells + cell] = compare_head(S_h, S_hat.data(), dv, dk);
@@ -183,8 +186,10 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 #endif
   }
   const double fp8 = summary.get("fp8_e4m3.state_relerr");
-  summary.set("int8.state_relerr_over_fp8_e4m3",
-              fp8 > 0 ? summary.get("int8.state_relerr") / fp8 : NAN);
+  if (fp8 > 0)
+    summary.set("int8.state_relerr_over_fp8_e4m3", summary.get("int8.state_relerr") / fp8);
+  else
+    fmt::print("codec: int8.state_relerr_over_fp8_e4m3 not computed (fp8_e4m3 error {})\n", fp8);
   fmt::print("codec: {:.1f} s\n", progress.elapsed());
 }
 

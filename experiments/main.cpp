@@ -147,10 +147,11 @@ int main(int argc, char** argv) {
       o.model = statecheck::default_tinylm_config_path();
     return statecheck::run_experiment(o);
   } catch (const po::error& e) {
-    std::cerr << "statecheck: " << e.what() << " (see statecheck --help)" << std::endl;
+    std::cerr << "statecheck: " << statecheck::printable(e.what()) << " (see statecheck --help)"
+              << std::endl;
     return 2;
   } catch (const statecheck::Error& e) {
-    std::cerr << "statecheck: " << e.what() << std::endl;
+    std::cerr << "statecheck: " << statecheck::printable(e.what()) << std::endl;
     return 2;
   } catch (const std::bad_alloc&) {
     std::cerr << "statecheck: out of memory running '" << o.experiment
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
               << std::endl;
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "statecheck: " << e.what() << std::endl;
+    std::cerr << "statecheck: " << statecheck::printable(e.what()) << std::endl;
     return 2;
   }
 }

@@ -1,5 +1,9 @@
 #include "experiments/states_source.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
 #include "core/io/states_file.h"
 #include "core/tinylm/tinylm_drive.h"
 #include "core/util/error.h"
@@ -34,6 +38,15 @@ StatesSource StatesSource::from_options(const Options& o, const ModelConfig& m) 
     case DriveKind::states: {
       auto states =
           std::make_shared<std::vector<MultiLayerState>>(read_states_file(s.drive_.states_file, m));
+      bool all_zero = true;
+      for (const MultiLayerState& st : *states)
+        all_zero = all_zero &&
+                   std::all_of(st.data.begin(), st.data.end(), [](float x) { return x == 0.0f; });
+      if (all_zero)
+        std::fprintf(stderr,
+                     "statecheck: note: every state value in %s is zero (an empty export?): the "
+                     "codecs reproduce it exactly; only errors on its continuation say anything\n",
+                     printable(s.drive_.states_file).c_str());
       s.count_ = static_cast<int>(states->size());
       s.prefill_ = false;
       s.name_ = "states:" + s.drive_.states_file;
@@ -57,6 +70,16 @@ StatesSource StatesSource::from_options(const Options& o, const ModelConfig& m) 
     }
   }
   return s;
+}
+
+void StatesSource::require_finite(const float* x, size_t count, const char* what, int n, int layer,
+                                  int head, int tokens) const {
+  for (size_t i = 0; i < count; ++i)
+    if (!std::isfinite(x[i]))
+      fail(
+          "{}: sequence {}, layer {}, head {}: the {} is non-finite ({} at flat index {}) after {} "
+          "token(s) of the fp32 recurrence; the starting state is too large for fp32 arithmetic",
+          name_, n, layer, head, what, x[i], i, tokens);
 }
 
 }  // namespace statecheck

@@ -33,6 +33,13 @@ class StatesSource {
   // Starting temporal state of that layer, [HV, d_v, d_k] fp32 (zeros for synthetic drives).
   std::vector<float> initial_layer_state(int n, int layer) const { return initial_(n, layer); }
 
+  // Checks what the fp32 recurrence made of this source: `what` (a state or outputs, `count`
+  // fp32 values) of sequence n, layer, head after `tokens` tokens. Throws statecheck::Error naming
+  // the source and the place on a non-finite value: a starting state too large for fp32
+  // arithmetic overflows the recurrence, and the experiments would otherwise report inf or NaN.
+  void require_finite(const float* x, size_t count, const char* what, int n, int layer, int head,
+                      int tokens) const;
+
  private:
   int count_ = 1;
   bool prefill_ = true;

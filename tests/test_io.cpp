@@ -14,6 +14,7 @@
 #include "core/io/safetensors.h"
 #include "core/io/states_file.h"
 #include "core/io/summary.h"
+#include "core/model/model_config.h"
 #include "core/util/error.h"
 #include "tests/error_of.h"
 
@@ -478,4 +479,154 @@ TEST(Paths, AtomicWriteReplacesWholeFilesOnly) {
   EXPECT_NE(error_of([&] { write_file_atomically(d, "x"); }).find(d), std::string::npos);
   EXPECT_TRUE(fs::is_directory(d));
   EXPECT_FALSE(fs::exists(d + ".partial"));
+}
+
+namespace {
+
+// A 1-D HDF5 dataset "state" of `type` holding `n` values, of which the first `written` are
+// written from `values` (chunks of `chunk` elements when chunk > 0, deflated if `deflate`), with
+// the attribute dtype = `dtype_attr` when it is not empty; the file gets a user block of
+// `userblock` bytes when that is not 0.
+void write_h5_dataset(const std::string& path, hid_t type, const void* values, hsize_t n,
+                      hsize_t written, hsize_t chunk, bool deflate, const std::string& dtype_attr,
+                      hsize_t userblock = 0) {
+  const hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+  if (userblock > 0) H5Pset_userblock(fcpl, userblock);
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
+  const hsize_t dims[1] = {n};
+  const hid_t space = H5Screate_simple(1, dims, nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (chunk > 0) {
+    const hsize_t c[1] = {chunk};
+    H5Pset_chunk(dcpl, 1, c);
+    if (deflate) H5Pset_deflate(dcpl, 6);
+  }
+  const hid_t ds = H5Dcreate2(f, "state", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  const hsize_t start[1] = {0}, count[1] = {written};
+  const hid_t mem = H5Screate_simple(1, count, nullptr);
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+  H5Dwrite(ds, type, mem, space, H5P_DEFAULT, values);
+  if (!dtype_attr.empty()) {
+    const hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, dtype_attr.size());
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(ds, "dtype", str, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, str, dtype_attr.data());
+    H5Aclose(a);
+    H5Sclose(scalar);
+    H5Tclose(str);
+  }
+  H5Sclose(mem);
+  H5Dclose(ds);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(f);
+  H5Pclose(fcpl);
+}
+
+// The safetensors layout by hand: 8-byte little-endian header length, header, data.
+void write_raw_safetensors(const std::string& path, const std::string& header,
+                           const std::string& data) {
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t len = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xFF));
+  out << header << data;
+}
+
+}  // namespace
+
+// bf16 states stored as 16-bit integers keep their bits whether the integers are signed (torch's
+// bf16 viewed as int16) or not: -1.5 is bf16 0xBFC0, int16 -16448, and must not read back as 0
+// (HDF5 converts a negative int16 to uint16 by clamping it to 0).
+TEST(Hdf5, Bf16BitsStoredAsSignedOrUnsignedIntegersReadBack) {
+  const std::vector<float> want = {-1.5f, 0.25f, -0.0078125f, 3.0f};
+  const std::vector<int16_t> signed_bits = {-16448, 0x3E80, -17408, 0x4040};  // by hand
+  const std::vector<uint16_t> unsigned_bits = {0xBFC0, 0x3E80, 0xBC00, 0x4040};
+  const std::string path = temp_path("bf16_int16.h5");
+  write_h5_dataset(path, H5T_STD_I16LE, signed_bits.data(), 4, 4, 0, false, "bf16");
+  EXPECT_EQ(read_hdf5_array(path).data, want);
+  write_h5_dataset(path, H5T_STD_U16LE, unsigned_bits.data(), 4, 4, 0, false, "bf16");
+  EXPECT_EQ(read_hdf5_array(path).data, want);
+}
+
+// A chunked dataset with chunks never written would read them as fill values (zeros), whether or
+// not it is compressed (a compressed one is "partly allocated" even when complete): the chunks
+// are counted. Four chunks of 1024 values, one written.
+TEST(Hdf5, ChunksNeverWrittenAreRefusedCompressedOrNot) {
+  std::vector<float> v(4096);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 5) - 2.0f;
+  const std::string path = temp_path("gap_chunks.h5");
+  for (const bool deflate : {false, true}) {
+    if (deflate && H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0) continue;
+    write_h5_dataset(path, H5T_IEEE_F32LE, v.data(), 4096, 1024, 1024, deflate, "");
+    EXPECT_NE(error_of([&] {
+                read_hdf5_array(path);
+              }).find("declares 4096 elements in 4 chunks, of which only 1 are stored"),
+              std::string::npos)
+        << (deflate ? "deflated" : "plain");
+    write_h5_dataset(path, H5T_IEEE_F32LE, v.data(), 4096, 4096, 1024, deflate, "");
+    EXPECT_EQ(read_hdf5_array(path).data, v) << (deflate ? "deflated" : "plain");
+  }
+}
+
+// An HDF5 file with a user block (MATLAB v7.3, PyTables) has its signature at byte 512: it is read
+// as HDF5, not parsed as a safetensors header.
+TEST(StatesFile, Hdf5WithAUserBlockIsRecognised) {
+  const ModelConfig m =
+      load_model(std::string(STATECHECK_TEST_DATA_DIR) + "/states/model_tiny_gdn.json");
+  std::vector<float> v(2 * 2 * 16 * 16);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 9) * 0.125f;
+  const std::string path = temp_path("userblock.h5");
+  write_h5_dataset(path, H5T_IEEE_F32LE, v.data(), v.size(), v.size(), 0, false, "", 512);
+  EXPECT_NE(error_of([&] { read_states_file(path, m); }).find("has shape [1024]"),
+            std::string::npos);  // read as HDF5: its 1-D shape is named
+}
+
+// The header must describe the data section exactly: a tensor named twice (the last entry would
+// win), bytes before a tensor or after the last one (the format indexes every data byte) are
+// refused by name.
+TEST(Safetensors, DuplicateNamesAndUnindexedBytesAreRefused) {
+  const std::string path = temp_path("layout.safetensors");
+  const std::string data(16, '\0');  // four F32 zeros
+  write_raw_safetensors(path,
+                        R"({"state":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                        R"("state":{"dtype":"BF16","shape":[8],"data_offsets":[0,16]}})",
+                        data);
+  EXPECT_NE(error_of([&] { read_safetensors(path); }).find("tensor 'state' is named twice"),
+            std::string::npos);
+  write_raw_safetensors(path, R"({"state":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                        data);
+  EXPECT_NE(error_of([&] {
+              read_safetensors(path);
+            }).find("data bytes [0, 8) before tensor 'state' belong to no tensor"),
+            std::string::npos);
+  write_raw_safetensors(path, R"({"state":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                        data);
+  EXPECT_NE(error_of([&] {
+              read_safetensors(path);
+            }).find("8 data bytes after the last tensor (from byte 8) belong to no tensor"),
+            std::string::npos);
+  write_raw_safetensors(path, R"({"state":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                        data);
+  EXPECT_EQ(read_safetensors(path).data, std::vector<float>(4, 0.0f));
+}
+
+// Messages quote file contents (tensor and dataset names, dtype strings): their control
+// characters are escaped when printed, so the reason stays one line and cannot drive a terminal.
+TEST(Errors, ControlCharactersArePrintedEscaped) {
+  EXPECT_EQ(printable("a\nb\x1b[31mc\x7f\td"), "a\\x0ab\\x1b[31mc\\x7f\\x09d");
+  EXPECT_EQ(printable("plain text, caf\xc3\xa9"), "plain text, caf\xc3\xa9");
+}
+
+// A result file is written as NAME.partial first: a name the file system cannot hold (over 255
+// bytes with the suffix) is refused before the work, not after it.
+TEST(Paths, OutputNamesTooLongForTheFileSystemAreRefused) {
+  const std::string dir = temp_path("long_names");
+  const std::string fits = dir + "/" + std::string(255 - 5 - 8, 'a') + ".json";  // 255 bytes
+  EXPECT_EQ(error_of([&] { check_output_file("--summary", fits, {}); }), "");
+  const std::string over = dir + "/" + std::string(255 - 5 - 8 + 1, 'a') + ".json";
+  EXPECT_NE(error_of([&] {
+              check_output_file("--summary", over, {});
+            }).find("file name is 256 bytes long while written ('.partial' appended)"),
+            std::string::npos);
 }

@@ -2,15 +2,22 @@
 // the `states` drive: values recomputed from the generating formula, shape checks against a model
 // config, and one-line errors for the truncated and the mislabelled file.
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
+#include "core/io/hdf5_file.h"
+#include "core/io/safetensors.h"
 #include "core/io/states_file.h"
+#include "core/io/summary.h"
 #include "core/model/model_config.h"
 #include "core/util/error.h"
+#include "experiments/experiment.h"
 
 using namespace statecheck;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -76,4 +83,78 @@ TEST(StatesFixtures, ShapeMismatchNamesTheAxis) {
   m.num_value_heads = 4;
   const std::string msg = error_of("tiny_f32.safetensors", m);
   EXPECT_NE(msg.find("2 value heads"), std::string::npos) << msg;
+}
+
+namespace {
+
+// A quick codec or chain run on states file `states` with the tiny model; returns the error
+// message ("" if the run succeeds) and leaves the result at `out`.
+std::string run_on_states(const std::string& experiment, const std::string& states,
+                          const std::string& out) {
+  Options o;
+  o.experiment = experiment;
+  o.model = kDir + "model_tiny_gdn.json";
+  o.drive = "states";
+  o.states = states;
+  o.quick = true;
+  o.threads = 1;
+  const ModelConfig m = load_model(o.model);
+  try {
+    H5Writer file(out);
+    Summary summary;
+    if (experiment == "codec")
+      run_codec(o, m, file, summary);
+    else
+      run_chain(o, m, file, summary);
+    file.commit();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+int64_t int_attr(const std::string& path, const char* group, const char* name) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t a = H5Aopen_by_name(f, group, name, H5P_DEFAULT, H5P_DEFAULT);
+  int64_t v = -1;
+  H5Aread(a, H5T_NATIVE_INT64, &v);
+  H5Aclose(a);
+  H5Fclose(f);
+  return v;
+}
+
+}  // namespace
+
+// Finite states too large for fp32 arithmetic (3e38: the first decay-and-write step overflows)
+// would put inf and NaN into the results; the run stops instead, naming the file and where the
+// recurrence overflowed.
+TEST(StatesFixtures, StatesThatOverflowTheRecurrenceAreNamed) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("statecheck_huge_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string huge = (dir / "huge.safetensors").string();
+  TensorToWrite t;
+  t.dtype = "F32";
+  t.shape = {2, 2, 16, 16};
+  t.data.assign(2 * 2 * 16 * 16, 3e38f);
+  write_safetensors(huge, {{"state", t}});
+  for (const std::string experiment : {"codec", "chain"}) {
+    const std::string msg = run_on_states(experiment, huge, (dir / "r.h5").string());
+    EXPECT_NE(msg.find("states:" + huge + ": sequence 0, layer "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("too large for fp32 arithmetic"), std::string::npos) << msg;
+    EXPECT_FALSE(fs::exists(dir / "r.h5")) << experiment;
+  }
+  fs::remove_all(dir);
+}
+
+// chain follows one sequence: of a file with N = 2 states it runs the first, and records both
+// numbers.
+TEST(StatesFixtures, ChainRecordsWhichOfTheFilesStatesItFollows) {
+  const fs::path dir = fs::temp_directory_path() / ("statecheck_n2_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string out = (dir / "chain.h5").string();
+  ASSERT_EQ(run_on_states("chain", kDir + "tiny_n2_bf16.safetensors", out), "");
+  EXPECT_EQ(int_attr(out, "chain", "states_in_source"), 2);
+  EXPECT_EQ(int_attr(out, "chain", "state_followed"), 0);
+  fs::remove_all(dir);
 }

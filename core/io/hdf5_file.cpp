@@ -333,18 +333,31 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
     H5Dclose(ds);
     fail("{}: dataset '{}' {}", path, name, why);
   };
-  // Data in external files (which could be anything, a FIFO included) are not read.
+  // Data in external files (which could be anything, a FIFO included) are not read; nor are
+  // virtual datasets, whose missing sources read as fill values.
   if (dcpl >= 0 && H5Pget_external_count(dcpl) > 0)
     refuse("keeps its data in external files; store them in the HDF5 file");
-  // Declared but never written: reading would return fill values. A chunked dataset with some
-  // chunks never written is "partly allocated"; so is every compressed one (its storage is
-  // smaller than its extent), which is fine.
-  H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
-  if (n > 0 &&
-      (H5Dget_space_status(ds, &allocated) < 0 || allocated == H5D_SPACE_STATUS_NOT_ALLOCATED ||
-       (allocated == H5D_SPACE_STATUS_PART_ALLOCATED && filters == 0)))
-    refuse(fmt::format("declares {} elements but its data were {} written", n,
-                       allocated == H5D_SPACE_STATUS_PART_ALLOCATED ? "only partly" : "never"));
+  const H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+  if (layout == H5D_VIRTUAL)
+    refuse("is a virtual dataset (its data live in other files); store the data in the file");
+  // Declared but never written: reading would return fill values. A chunked dataset must hold
+  // every one of its chunks (a compressed one is "partly allocated" by its storage size even when
+  // complete, so the chunks are counted); another one must be allocated in full.
+  if (n > 0 && layout == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(dims.size());
+    hsize_t stored = 0, expected = 1;
+    if (H5Pget_chunk(dcpl, rank, chunk.data()) != rank || H5Dget_num_chunks(ds, space, &stored) < 0)
+      refuse("has a chunk layout that cannot be read");
+    for (int d = 0; d < rank; ++d) expected *= (dims[d] + chunk[d] - 1) / chunk[d];
+    if (stored != expected)
+      refuse(fmt::format("declares {} elements in {} chunks, of which only {} are stored", n,
+                         expected, stored));
+  } else if (n > 0) {
+    H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
+    if (H5Dget_space_status(ds, &allocated) < 0 || allocated != H5D_SPACE_STATUS_ALLOCATED)
+      refuse(fmt::format("declares {} elements but its data were {} written", n,
+                         allocated == H5D_SPACE_STATUS_PART_ALLOCATED ? "only partly" : "never"));
+  }
   // A compression filter this HDF5 build lacks: say so instead of a failed read.
   for (int f = 0; f < filters; ++f) {
     unsigned flags = 0, info = 0;
@@ -373,9 +386,12 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
     f64.resize(n);
     status = H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, f64.data());
   } else if (cls == H5T_INTEGER && size == 2 && read_string_attr(ds, "dtype") == "bf16") {
+    // The bits as stored, signed or not (torch's bf16 viewed as int16 is signed): a memory type
+    // of the same signedness keeps them (HDF5 would clamp negative int16 to 0 as uint16).
     out.dtype = "BF16";
     std::vector<uint16_t> bits(n);
-    status = H5Dread(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data());
+    const hid_t mem = H5Tget_sign(type) == H5T_SGN_2 ? H5T_NATIVE_INT16 : H5T_NATIVE_UINT16;
+    status = H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data());
     out.data.resize(n);
     for (size_t i = 0; i < n; ++i) out.data[i] = float_from_bf16_bits(bits[i]);
   }
@@ -384,8 +400,8 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
   H5Dclose(ds);
   if (out.dtype.empty())
     fail(
-        "{}: dataset '{}' has an unsupported type (expected float32, float64, or uint16 with "
-        "attribute dtype=\"bf16\")",
+        "{}: dataset '{}' has an unsupported type (expected float32, float64, or 16-bit integers "
+        "with attribute dtype=\"bf16\")",
         path, name);
   if (status < 0) fail("{}: reading dataset '{}' failed (truncated file?)", path, name);
   if (!f64.empty()) {

@@ -74,8 +74,13 @@ void check_output_file(const std::string& option, const std::string& path,
           option, path);
   }
   check_not_an_input(option, path, path, inputs);
-  // The result is written to path.partial first: an ordinary file there, and not an input.
+  // The result is written to path.partial first: an ordinary file there, and not an input, and a
+  // name the file system can hold (NAME_MAX, 255 bytes on Linux file systems).
   const std::string partial = path + ".partial";
+  const size_t name_bytes = fs::path(partial).filename().string().size();
+  if (name_bytes > 255)
+    fail("{} {}: file name is {} bytes long while written ('.partial' appended); the limit is 255",
+         option, path, name_bytes);
   check_partial_slot(option + " " + path, partial);
   check_not_an_input(option, path, partial, inputs);
   // The nearest existing ancestor must be a writable directory (create_directories would fail on

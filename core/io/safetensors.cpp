@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -47,12 +48,28 @@ Header read_header(const std::string& path, std::ifstream& in) {
         path, h.header_len, h.file_size);
   std::string header(h.header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(h.header_len));
+  // A tensor named twice would leave the last entry to describe it: refused (the safetensors
+  // reference loader refuses such headers too). Only the top-level keys are tensor names.
+  int depth = 0;
+  std::set<std::string> seen;
+  std::string duplicate;
+  const json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start)
+      ++depth;
+    else if (ev == json::parse_event_t::object_end)
+      --depth;
+    else if (ev == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+             !seen.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    h.json = json::parse(header);
+    h.json = json::parse(header, cb);
   } catch (const json::exception& e) {
     fail("{}: header is not valid JSON ({})", path, e.what());
   }
   if (!h.json.is_object()) fail("{}: header is not a JSON object", path);
+  if (!duplicate.empty()) fail("{}: tensor '{}' is named twice in the header", path, duplicate);
   return h;
 }
 
@@ -103,6 +120,18 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted,
       fail("{}: tensors '{}' and '{}' overlap in the data (bytes [{}, {}) and [{}, {}))", path,
            ranges[r - 1].second, ranges[r].second, ranges[r - 1].first.first,
            ranges[r - 1].first.second, ranges[r].first.first, ranges[r].first.second);
+  // The tensors index the whole data section, without holes (as the format requires and its
+  // reference loader checks): bytes that belong to no tensor mean a damaged or misread header.
+  uint64_t covered = 0;
+  for (const auto& [range, n] : ranges) {
+    if (range.first != covered)
+      fail("{}: data bytes [{}, {}) before tensor '{}' belong to no tensor (damaged header?)", path,
+           covered, range.first, n);
+    covered = range.second;
+  }
+  if (!ranges.empty() && covered != data_size)
+    fail("{}: {} data bytes after the last tensor (from byte {}) belong to no tensor", path,
+         data_size - covered, covered);
   std::string name = wanted;
   if (name.empty()) {
     if (j.contains("state"))

@@ -1,6 +1,7 @@
 #include "core/io/states_file.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 
@@ -11,11 +12,18 @@
 namespace statecheck {
 
 namespace {
+// The HDF5 signature sits at byte 0, or after a user block at 512, 1024, 2048, ... (HDF5 file
+// format specification, "Format Signature"; MATLAB v7.3 and PyTables files have a user block).
 bool has_hdf5_signature(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  char sig[8] = {};
-  in.read(sig, 8);
-  return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+  for (uint64_t at = 0; in; at = at == 0 ? 512 : 2 * at) {
+    char sig[8] = {};
+    in.seekg(static_cast<std::streamoff>(at));
+    in.read(sig, 8);
+    if (in.gcount() != 8) return false;
+    if (std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0) return true;
+  }
+  return false;
 }
 
 std::string shape_str(const std::vector<size_t>& s) {
