@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/recurrence/gated_delta.h"
 #include "kernels/gated_delta/gated_delta_pool.h"
 
 namespace statecheck::cuda {
@@ -24,6 +25,12 @@ struct HostPoolBatch {
   std::vector<uint16_t> q, k, v;    // bf16 bits
   std::vector<float> g, beta;
 };
+
+// The recurrence shape of a batch, and the inputs of its sequence n ([T_n] tokens of q, k, v as
+// fp32 values of their bf16 bits, g, beta; layout of LayerInputs), as the reference feeds them to
+// gated_delta_head_fp32. Throws statecheck::Error for n outside the batch.
+RecurrenceShape pool_batch_shape(const HostPoolBatch& batch);
+LayerInputs pool_batch_sequence_inputs(const HostPoolBatch& batch, int n);
 
 // Runs the reference in place on batch.pool_*; returns o [total_T, HV, d_v] as bf16 bits.
 // Throws statecheck::Error on inconsistent sizes or a slot id outside the pool.
