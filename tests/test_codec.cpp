@@ -1,18 +1,30 @@
 // State codecs: exact semantics of spec numerics.md section 3.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "core/codec/codec.h"
+#include "core/drive/drive.h"
 #include "core/dtype/bf16.h"
 #include "core/dtype/fp8_e4m3.h"
+#include "core/io/hdf5_file.h"
+#include "core/io/summary.h"
+#include "core/model/model_config.h"
+#include "core/recurrence/gated_delta.h"
 #include "core/util/error.h"
 #include "core/util/rng.h"
+#include "experiments/experiment.h"
 
 using namespace statecheck;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -259,4 +271,193 @@ TEST(Codec, UnknownNamesAreErrors) {
   EXPECT_THROW(parse_codec("int4"), Error);
   EXPECT_THROW(parse_codec("bf16_fp32_scale"), Error);
   EXPECT_THROW(parse_scale_dtype("fp16"), Error);
+}
+
+namespace {
+
+// A temporary folder, removed when the test ends (also on a failed ASSERT).
+struct TempDir {
+  fs::path dir;
+  explicit TempDir(const std::string& tag)
+      : dir(fs::temp_directory_path() / ("statecheck_" + tag + "_" + std::to_string(::getpid()))) {
+    fs::create_directories(dir);
+  }
+  ~TempDir() { fs::remove_all(dir); }
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+};
+
+// 3 GDN layers (full attention at layer 4), 2 key heads and 4 value heads of d_v 36 x d_k 40.
+ModelConfig small_gdn_model() {
+  const nlohmann::json j = {{"model_type", "qwen3_next"},
+                            {"num_hidden_layers", 4},
+                            {"full_attention_interval", 4},
+                            {"linear_num_key_heads", 2},
+                            {"linear_num_value_heads", 4},
+                            {"linear_key_head_dim", 40},
+                            {"linear_value_head_dim", 36},
+                            {"linear_conv_kernel_dim", 4},
+                            {"num_key_value_heads", 1},
+                            {"head_dim", 64},
+                            {"hidden_size", 64}};
+  return parse_model_config(j, "small-gdn", 1);
+}
+
+// Decode outputs of one head run by the fp64 loop from an fp32 start state, and per step how far
+// the fp32 reference's output lies from them (run here only to size the tolerance: the experiment
+// decodes in fp32; the expected errors come from the fp64 outputs). The worst-case bound of
+// tests/test_recurrence.cpp (Fp32MatchesFp64WithinDerivedBound) would also do, but on 32 steps it
+// allows about 1e-3 of ||o||, as much as the bf16 decode error itself; the measured distance is
+// about 1e-6 of ||o||.
+struct Fp64Decode {
+  std::vector<double> o;    // [Td, d_v]
+  std::vector<double> dev;  // [Td]: ||o32_t - o64_t||
+};
+
+Fp64Decode decode_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, const float* S0,
+                       int t0, int t1) {
+  const size_t n = static_cast<size_t>(s.dv) * s.dk;
+  std::vector<double> S(S0, S0 + n);
+  std::vector<float> S32(S0, S0 + n), o32(static_cast<size_t>(t1 - t0) * s.dv);
+  Fp64Decode r{std::vector<double>(o32.size()), {}};
+  gated_delta_head_fp64(s, in, h, t0, t1, S.data(), r.o.data());
+  gated_delta_head_fp32(s, in, h, t0, t1, S32.data(), o32.data());
+  for (int t = 0; t < t1 - t0; ++t) {
+    double d2 = 0;
+    for (int i = 0; i < s.dv; ++i) {
+      const double d = o32[t * s.dv + i] - r.o[t * s.dv + i];
+      d2 += d * d;
+    }
+    r.dev.push_back(std::sqrt(d2));
+  }
+  return r;
+}
+
+// |a/b - c/d| for a ratio measured as a/b when the exact one is c/d, |a - c| <= E and
+// |b - d| <= R: |a - c| / b + c |1/b - 1/d| <= E / (d - R) + (c / d) R / (d - R).
+double ratio_tolerance(double c, double d, double E, double R) {
+  return E / (d - R) + (c / d) * R / (d - R);
+}
+
+struct Sums {
+  double err = 0, ref = 0, E = 0, R = 0;  // sum of squares of each
+  void add(double e, double r, double eb, double rb) { err += e, ref += r, E += eb, R += rb; }
+  double relerr() const { return std::sqrt(err / ref); }
+  double tolerance() const {
+    return ratio_tolerance(std::sqrt(err), std::sqrt(ref), std::sqrt(E), std::sqrt(R));
+  }
+};
+
+// Share of the squared error of head S -> S_hat in the entries whose |S| lies below their
+// column's median |S| (d_v even: the mean of the two middle magnitudes), summed here in fp64.
+void small_entry_sums(const float* S, const float* S_hat, int dv, int dk, double* small,
+                      double* all) {
+  for (int j = 0; j < dk; ++j) {
+    std::vector<double> mag(dv);
+    for (int i = 0; i < dv; ++i) mag[i] = std::fabs(double(S[i * dk + j]));
+    std::vector<double> sorted = mag;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = 0.5 * (sorted[dv / 2 - 1] + sorted[dv / 2]);
+    for (int i = 0; i < dv; ++i) {
+      const double d = double(S_hat[i * dk + j]) - S[i * dk + j];
+      *all += d * d;
+      if (mag[i] < median) *small += d * d;
+    }
+  }
+}
+
+}  // namespace
+
+// `codec` on a small GDN model (quick: prefill 128, decode 32): the decode errors per head, per
+// step and overall, and the small-entry share, against sums done here. The state S is the fp32
+// reference's prefill (as the experiment builds it); S_hat = decode(encode(S)) through the
+// unfused codec calls; the decode outputs from S and from S_hat come from the fp64 loop, so the
+// experiment's fp32 decode may differ from them by the fp32 rounding measured in decode_fp64,
+// converted to a bound on the ratio (ratio_tolerance). The state errors are the same bits as the
+// experiment's (tested in EncodeDecodeEqualsFusedRoundTrip), so the small-entry share agrees to
+// fp64 summation order.
+TEST(CodecExperiment, DecodeErrorsAndSmallEntryShareMatchSumsDoneHere) {
+  const ModelConfig m = small_gdn_model();
+  const TempDir dir("codec_exp");
+  const std::string path = dir.file("codec.h5");
+  Options o;
+  o.experiment = "codec";
+  o.quick = true;
+  o.threads = 2;
+  o.seed = 3;
+  Summary summary;
+  {
+    H5Writer file(path);
+    run_codec(o, m, file, summary);
+    file.commit();
+  }
+  const RecurrenceShape s = RecurrenceShape::of_model(m);
+  const int L = m.linear_layer_count(), HV = s.HV, dv = s.dv, dk = s.dk;
+  const int Tp = 128, Td = 32;  // the quick protocol (experiments/codec.cpp)
+  for (const char* name : {"fp32", "bf16", "int8", "fp8_e4m3", "fp8_e4m3_raw"}) {
+    SCOPED_TRACE(name);
+    const Codec c = parse_codec(name, ScaleDtype::fp32);  // scale dtype: the fp32 temporal dtype
+    const std::string g = std::string("codec/") + name;
+    std::vector<size_t> shape;
+    const std::vector<double> decode_lh =
+        read_hdf5_doubles(path, g + "/decode_relerr_layer_head", &shape);
+    ASSERT_EQ(shape, (std::vector<size_t>{size_t(L), size_t(HV)}));
+    const std::vector<double> step = read_hdf5_doubles(path, g + "/decode_relerr_step", &shape);
+    ASSERT_EQ(shape, (std::vector<size_t>{size_t(Td)}));
+    const std::vector<double> small_lh =
+        read_hdf5_doubles(path, g + "/small_entry_error_share_layer_head");
+    ASSERT_EQ(small_lh.size(), size_t(L) * HV);
+
+    Sums total;
+    std::vector<Sums> per_step(Td);
+    double small_all = 0, err_all = 0;
+    for (int l = 0; l < L; ++l) {
+      const LayerInputs in = synthetic_inputs(DriveKind::init_gdn, s, o.seed, l, Tp + Td);
+      MultiLayerState S({1, HV, dv, dk});
+      gated_delta_layer_fp32(s, in, 0, Tp, S.data.data(), nullptr);
+      const MultiLayerState S_hat = decode(encode(c, S));
+      for (int h = 0; h < HV; ++h) {
+        const Fp64Decode ref = decode_fp64(s, in, h, S.head(0, h), Tp, Tp + Td);
+        const Fp64Decode hat = decode_fp64(s, in, h, S_hat.head(0, h), Tp, Tp + Td);
+        Sums head;
+        for (int t = 0; t < Td; ++t) {
+          double e = 0, r = 0;
+          for (int i = 0; i < dv; ++i) {
+            const double d = hat.o[t * dv + i] - ref.o[t * dv + i];
+            e += d * d;
+            r += ref.o[t * dv + i] * ref.o[t * dv + i];
+          }
+          // ||D32 - D64|| <= dev_ref + dev_hat (triangle inequality); ||O32 - O64|| = dev_ref.
+          const double E = ref.dev[t] + hat.dev[t], R = ref.dev[t];
+          head.add(e, r, E * E, R * R);
+          per_step[t].add(e, r, E * E, R * R);
+          total.add(e, r, E * E, R * R);
+        }
+        EXPECT_NEAR(decode_lh[l * HV + h], head.relerr(), head.tolerance())
+            << "layer " << l << " head " << h;
+        double small = 0, all = 0;
+        small_entry_sums(S.head(0, h), S_hat.head(0, h), dv, dk, &small, &all);
+        EXPECT_NEAR(small_lh[l * HV + h], all > 0 ? small / all : 0.0, 1e-12)
+            << "layer " << l << " head " << h;
+        small_all += small;
+        err_all += all;
+      }
+    }
+    for (int t = 0; t < Td; ++t)
+      EXPECT_NEAR(step[t], per_step[t].relerr(), per_step[t].tolerance()) << "step " << t;
+    EXPECT_NEAR(summary.get(std::string(name) + ".decode_relerr"), total.relerr(),
+                total.tolerance());
+    EXPECT_NEAR(summary.get(std::string(name) + ".small_entry_error_share"),
+                err_all > 0 ? small_all / err_all : 0.0, 1e-12);
+    if (c.kind == CodecKind::fp32) {
+      // The identity codec: S_hat is S, so both decode runs are the same run.
+      EXPECT_EQ(summary.get("fp32.decode_relerr"), 0.0);
+      for (double x : step) EXPECT_EQ(x, 0.0);
+      EXPECT_EQ(summary.get("fp32.small_entry_error_share"), 0.0);
+    } else {
+      // A lossy state: the error must show, and be far above the fp32 rounding allowance.
+      EXPECT_GT(total.relerr(), 10 * total.tolerance());
+      EXPECT_GT(summary.get(std::string(name) + ".decode_relerr"), 0.0);
+      for (double x : step) EXPECT_GT(x, 0.0);
+    }
+  }
 }
