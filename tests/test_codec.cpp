@@ -168,23 +168,66 @@ TEST(Codec, Int8ElementwiseErrorAtMostHalfAScale) {
   }
 }
 
-// fp8_e4m3 with scale amax/448: every scaled value lies in [-448, 448] and decodes to a nearest
-// E4M3 value; its relative spacing is 2^-3, so |S - S_hat| <= 2^-4 |S| + half the subnormal step.
-TEST(Codec, Fp8ScaledErrorBound) {
+namespace {
+// fp32 -> nearest bf16 value, ties to the even bf16 mantissa, chosen by comparing the two bf16
+// neighbours of x in fp64 (independent of core/dtype/bf16.h's bit trick). Finite positive x only.
+float nearest_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const uint32_t lo_bits = bits & 0xFFFF0000u, hi_bits = lo_bits + 0x10000u;
+  float lo, hi;
+  std::memcpy(&lo, &lo_bits, 4);
+  std::memcpy(&hi, &hi_bits, 4);
+  const double dlo = double(x) - lo, dhi = double(hi) - x;
+  if (dlo != dhi) return dlo < dhi ? lo : hi;
+  return (lo_bits & 0x10000u) == 0 ? lo : hi;
+}
+}  // namespace
+
+// fp8_e4m3 with scale amax/448 (448 = the largest finite E4M3 value), for both scale dtypes.
+// The scale: amax_j = max(max_i |S[i, j]|, 1e-8) in fp32, divided by 448 in fp32, then rounded
+// to nearest-even bf16 for the bf16 scale dtype (codec.h), recomputed here and compared bit for
+// bit; head 0 has an all-zero column 0 and a column 1 of 1e-10 entries, both floored to 1e-8.
+// The error: every scaled value lies in [-448 (1 + 2^-8), 448 (1 + 2^-8)] (a bf16 scale may be
+// up to 2^-8 below amax/448; E4M3 saturates beyond 448, an error below 2^-8 |S|) and decodes to
+// a nearest E4M3 value, whose relative spacing is 2^-3, so |S - S_hat| <= 2^-4 |S| + half the
+// subnormal step (2^-10 scale).
+TEST(Codec, Fp8ScaledErrorBoundAndScaleIsAmaxOver448) {
   const StateShape shape{1, 2, 64, 16};
-  const MultiLayerState S = random_state(shape, 5, 0.06);
-  const Codec c = parse_codec("fp8_e4m3_fp32_scale");
-  const EncodedState e = encode(c, S);
-  const MultiLayerState back = decode(e);
-  for (size_t h = 0; h < 2; ++h)
-    for (int i = 0; i < shape.dv; ++i)
+  MultiLayerState S = random_state(shape, 5, 0.06);
+  for (int i = 0; i < shape.dv; ++i) {
+    S.head(0, 0)[i * shape.dk + 0] = 0.0f;
+    S.head(0, 0)[i * shape.dk + 1] = (i % 2 ? -1e-10f : 1e-10f);
+  }
+  for (const char* name : {"fp8_e4m3_fp32_scale", "fp8_e4m3_bf16_scale"}) {
+    SCOPED_TRACE(name);
+    const Codec c = parse_codec(name);
+    const EncodedState e = encode(c, S);
+    const MultiLayerState back = decode(e);
+    ASSERT_EQ(e.scales.size(), size_t(shape.heads) * shape.dk * c.scale_bytes());
+    for (int h = 0; h < shape.heads; ++h)
       for (int j = 0; j < shape.dk; ++j) {
-        const size_t idx = h * shape.head_size() + size_t(i) * shape.dk + j;
-        const double s = scale_at(c, e.scales.data() + h * shape.dk * 4, j);
-        const double bound =
-            std::ldexp(std::fabs(S.data[idx]), -4) + s * std::ldexp(1.0, -10) + 1e-12;
-        EXPECT_LE(std::fabs(double(back.data[idx]) - S.data[idx]), bound * (1 + 1e-6));
+        float amax = 0.0f;
+        for (int i = 0; i < shape.dv; ++i)
+          amax = std::max(amax, std::fabs(S.head(0, h)[i * shape.dk + j]));
+        const float q = std::max(amax, 1e-8f) / 448.0f;
+        const float want = c.scale_dtype == ScaleDtype::bf16 ? nearest_bf16(q) : q;
+        const float got = scale_at(c, e.scales.data() + size_t(h) * shape.dk * c.scale_bytes(), j);
+        uint32_t got_bits, want_bits;
+        std::memcpy(&got_bits, &got, 4);
+        std::memcpy(&want_bits, &want, 4);
+        EXPECT_EQ(got_bits, want_bits) << "head " << h << " col " << j;
       }
+    for (size_t h = 0; h < size_t(shape.heads); ++h)
+      for (int i = 0; i < shape.dv; ++i)
+        for (int j = 0; j < shape.dk; ++j) {
+          const size_t idx = h * shape.head_size() + size_t(i) * shape.dk + j;
+          const double s = scale_at(c, e.scales.data() + h * shape.dk * c.scale_bytes(), j);
+          const double bound =
+              std::ldexp(std::fabs(S.data[idx]), -4) + s * std::ldexp(1.0, -10) + 1e-12;
+          EXPECT_LE(std::fabs(double(back.data[idx]) - S.data[idx]), bound * (1 + 1e-6));
+        }
+  }
 }
 
 namespace {
