@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/drive/drive.h"
+#include "core/dtype/bf16.h"
 #include "core/recurrence/gated_delta.h"
 #include "core/util/rng.h"
 
@@ -254,14 +255,36 @@ TEST(Recurrence, GroupedValueHeadsReadTheirKeyHead) {
   }
 }
 
+// A bf16 state pool stores the state after every token: the bf16-storage run must equal, bit for
+// bit, the fp32 reference stepped one token at a time with the state rounded to bf16
+// (round-to-nearest-even, core/dtype/bf16.h, tested in test_dtype.cpp) between tokens, and its
+// outputs must be read before that rounding. Rounding only once at the end gives a different
+// state (checked, so the comparison can tell the two apart).
 TEST(Recurrence, Bf16StorageRoundsStateEveryStep) {
-  const RecurrenceShape s = awkward(GateKind::kda);
-  const LayerInputs in = synthetic_inputs(DriveKind::seed_kda, s, 2, 0, 10);
-  std::vector<float> S(size_t(s.dv) * s.dk, 0.0f);
-  gated_delta_head_fp32(s, in, 0, 0, 10, S.data(), nullptr, StateStorage::bf16);
-  for (float x : S) {
-    uint32_t b;
-    std::memcpy(&b, &x, 4);
-    EXPECT_EQ(b & 0xFFFFu, 0u) << "state element not bf16-representable";
+  for (GateKind gate : {GateKind::gdn, GateKind::kda}) {
+    SCOPED_TRACE(gate_kind_name(gate));
+    const RecurrenceShape s = awkward(gate);
+    const int T = 20;
+    const LayerInputs in = synthetic_inputs(
+        gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, 2, 0, T);
+    const size_t head = size_t(s.dv) * s.dk;
+    for (int h : {0, 4}) {  // value heads of key heads 0 and 1
+      std::vector<float> S(head, 0.0f), o(size_t(T) * s.dv);
+      gated_delta_head_fp32(s, in, h, 0, T, S.data(), o.data(), StateStorage::bf16);
+      std::vector<float> R(head, 0.0f), o_step(s.dv), F(head, 0.0f);
+      for (int t = 0; t < T; ++t) {
+        gated_delta_head_fp32(s, in, h, t, t + 1, R.data(), o_step.data());
+        for (int i = 0; i < s.dv; ++i)
+          ASSERT_EQ(float_bits(o[size_t(t) * s.dv + i]), float_bits(o_step[i]))
+              << "head " << h << " t " << t << " output " << i;
+        for (float& x : R) x = round_to_bf16(x);
+      }
+      for (size_t e = 0; e < head; ++e)
+        ASSERT_EQ(float_bits(S[e]), float_bits(R[e])) << "head " << h << " element " << e;
+      gated_delta_head_fp32(s, in, h, 0, T, F.data(), nullptr);
+      size_t differ = 0;
+      for (size_t e = 0; e < head; ++e) differ += round_to_bf16(F[e]) != R[e];
+      EXPECT_GT(differ, 0u) << "head " << h;
+    }
   }
 }
