@@ -249,7 +249,7 @@ TEST(ChainExperiment, PerHeadBreakdownOfKdaMatchesSumsDoneHere) {
 // The first-order model predicts the whole state's saturation, per key channel for KDA (whose
 // channels decay at different rates on init-kda) and per head for GDN, on every seed tried: the
 // claim behind the gate chain.saturation_ratio_over_model < 1.05. Without contraction the model
-// is sqrt(128 / 32) = 2 whatever the state.
+// is sqrt(128 / 32) = 2 whatever the state, and the measured ablation is close to it.
 TEST(ChainExperiment, SaturationFollowsTheContractionModel) {
   struct Case {
     const char* drive;
@@ -270,5 +270,18 @@ TEST(ChainExperiment, SaturationFollowsTheContractionModel) {
           << s.get("chain.saturation_ratio_model");
       EXPECT_NEAR(s.get("chain.ablation_no_contraction.saturation_ratio_model"), 2.0, 1e-3)
           << c.drive;
+      // The ablation (g = 0, beta * 1e-3) measured: each checkpoint adds its own rounding error
+      // and nothing removes it, so independent errors add in energy and relerr(n) ~ sqrt(n):
+      // relerr(128) / relerr(32) = sqrt(4) = 2. Departures: the residual delta-rule contraction
+      // (included in the model above, which is 2 within 1e-3); the statistics of the sums (each
+      // squared uniform rounding error has a coefficient of variation 0.89, and n = 32 already sums
+      // 32 x 3 x 4 x 1024 of them: 0.14%); the rest, up to 2.3% on these six cases (1.954 to
+      // 2.005), we attribute to correlated errors of consecutive checkpoints (the state moves by
+      // only a few quantisation steps in the 2 tokens between n = 128 checkpoints). Hence
+      // [1.9, 2.1]; the contracting drives give 1.65 to 1.81 on this short run (T = 256), so 1.9
+      // also tells the ablation from the drive as is.
+      const double ablation = s.get("chain.ablation_no_contraction.saturation_ratio");
+      EXPECT_GT(ablation, 1.9) << c.drive << " seed " << seed;
+      EXPECT_LT(ablation, 2.1) << c.drive << " seed " << seed;
     }
 }
