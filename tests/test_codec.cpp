@@ -55,10 +55,15 @@ TEST(Codec, ZeroStateRoundTripsExactly) {
   }
 }
 
+// roundtrip_head has its own code for fp32 (a copy), bf16 (a rounding loop) and int8 (a fused
+// quantise-dequantise without a byte buffer); those must give the bits of decode(encode(S)).
+// fp8_e4m3 and fp8_e4m3_raw are left out: roundtrip_head runs encode_head + decode_head for
+// them, so the comparison would be of a path with itself (their encoding is pinned by
+// Fp8ScaledErrorBoundAndScaleIsAmaxOver448 and tests/test_dtype.cpp).
 TEST(Codec, EncodeDecodeEqualsFusedRoundTrip) {
   const StateShape shape{2, 3, 60, 36};
   const MultiLayerState S = random_state(shape, 7, 0.06);
-  for (const char* name : kAllCodecs) {
+  for (const char* name : {"fp32", "bf16", "int8_bf16_scale", "int8_fp32_scale"}) {
     const Codec c = parse_codec(name);
     const MultiLayerState a = decode(encode(c, S));
     MultiLayerState b;
