@@ -454,15 +454,16 @@ TEST(Hdf5, CompressedDatasetReadsAndExternalDataAreRefused) {
     H5Sclose(space);
     H5Fclose(f);
   };
-  if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
-    make(false);
-    const FloatArray a = read_hdf5_array(path);
-    ASSERT_EQ(a.data.size(), v.size());
-    EXPECT_EQ(a.data, v);
-  }
   make(true);
   EXPECT_NE(error_of([&] { read_hdf5_array(path); }).find("keeps its data in external files"),
             std::string::npos);
+  if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0)
+    GTEST_SKIP() << "this HDF5 library has no deflate filter: the compressed-dataset half of the "
+                    "test did not run (the external-data half passed)";
+  make(false);
+  const FloatArray a = read_hdf5_array(path);
+  ASSERT_EQ(a.data.size(), v.size());
+  EXPECT_EQ(a.data, v);
 }
 
 TEST(Paths, AtomicWriteReplacesWholeFilesOnly) {
