@@ -43,7 +43,8 @@ std::vector<float> make_active(const PoolGeometry& g, PoolDtype dtype, uint64_t 
   Rng rng(seed);
   for (size_t e = 0; e < n; ++e) {
     double x = 0.06 * rng.normal();
-    if (e % 997 == 0) x *= 300.0;               // large entries: saturation paths of fp8_raw
+    if (e % 997 == 0)  // large entries, beyond E4M3's 448: saturation paths of fp8_raw
+      x = (e % 2 ? 1.0 : -1.0) * (e % 3 == 0 ? 1e6 : 500.0);
     if (e % 1499 == 0) x = 0.0;                 // exact zeros
     if (e % 211 == 0) x = 1e-7 * rng.normal();  // tiny entries: subnormal fp8 paths
     a[e] = dtype == PoolDtype::bf16 ? round_to_bf16(static_cast<float>(x)) : static_cast<float>(x);
@@ -109,6 +110,8 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
         if (it == kDst.end()) {
           for (size_t b = 0; b < head * vb; ++b)
             ASSERT_EQ(gv[b], 0xFF) << "untouched checkpoint slot " << slot << " written";
+          for (size_t b = 0; b < g.dk * sb; ++b)
+            ASSERT_EQ(gs[b], 0xFF) << "scales of untouched checkpoint slot " << slot << " written";
           continue;
         }
         const int a_slot = kSrc[it - kDst.begin()];
@@ -182,7 +185,13 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
           }
         }
       }
-      if (it == kBack.end()) continue;
+      if (it == kBack.end()) {  // an untouched active slot keeps its conv window
+        for (int64_t e = 0; e < g.conv_elems; ++e) {
+          const size_t i = (static_cast<size_t>(l) * kActiveSlots + slot) * g.conv_elems + e;
+          ASSERT_EQ(loaded_conv[i], active_conv[i]) << "conv of untouched active slot " << slot;
+        }
+        continue;
+      }
       for (int64_t e = 0; e < g.conv_elems; ++e)
         ASSERT_EQ(loaded_conv[(static_cast<size_t>(l) * kActiveSlots + slot) * g.conv_elems + e],
                   active_conv[(static_cast<size_t>(l) * kActiveSlots + kSrc[it - kBack.begin()]) *
