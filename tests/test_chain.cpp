@@ -21,8 +21,10 @@
 #include "core/model/model_config.h"
 #include "core/recurrence/gated_delta.h"
 #include "experiments/experiment.h"
+#include "tests/temp_dir.h"
 
 using namespace statecheck;
+using statecheck::test_support::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -53,17 +55,6 @@ ModelConfig small_kda_model() {
       {"linear_attn_config", {{"num_heads", 4}, {"head_dim", 32}, {"full_attn_layers", {4}}}}};
   return parse_model_config(j, "small-kda", 1);
 }
-
-// A temporary result file, removed with its folder when the test ends (also on a failed ASSERT).
-struct TempResult {
-  fs::path dir;
-  explicit TempResult(const std::string& tag)
-      : dir(fs::temp_directory_path() / ("statecheck_" + tag + "_" + std::to_string(::getpid()))) {
-    fs::create_directories(dir);
-  }
-  ~TempResult() { fs::remove_all(dir); }
-  std::string path() const { return (dir / "chain.h5").string(); }
-};
 
 Summary run_chain_to(const ModelConfig& m, const Options& o, const std::string& path) {
   Summary summary;
@@ -121,27 +112,29 @@ namespace {
 void check_per_head_breakdown(const ModelConfig& m, const std::string& drive_name,
                               DriveKind drive) {
   SCOPED_TRACE(drive_name);
-  const TempResult tmp("chain_" + drive_name);
+  const TempDir tmp("chain_" + drive_name);
   Options o = chain_options();
   o.drive = drive_name;
-  const Summary summary = run_chain_to(m, o, tmp.path());
+  const Summary summary = run_chain_to(m, o, tmp.file("chain.h5"));
   const RecurrenceShape s = RecurrenceShape::of_model(m);
   const int L = m.linear_layer_count(), HV = s.HV, dk = s.dk, dv = s.dv, heads = L * HV;
   const size_t Ls = L, HVs = HV, dks = dk;
   std::vector<size_t> shape;
-  const std::vector<double> whole = read_hdf5_doubles(tmp.path(), "chain/relerr");
+  const std::vector<double> whole = read_hdf5_doubles(tmp.file("chain.h5"), "chain/relerr");
   const std::vector<double> per_head =
-      read_hdf5_doubles(tmp.path(), "chain/per_head/relerr", &shape);
+      read_hdf5_doubles(tmp.file("chain.h5"), "chain/per_head/relerr", &shape);
   ASSERT_EQ(shape, (std::vector<size_t>{8, Ls, HVs}));  // [n, layer, head]
-  const std::vector<double> share = read_hdf5_doubles(tmp.path(), "chain/per_head/energy_share");
+  const std::vector<double> share =
+      read_hdf5_doubles(tmp.file("chain.h5"), "chain/per_head/energy_share");
   const std::vector<double> ratio =
-      read_hdf5_doubles(tmp.path(), "chain/per_head/saturation_ratio");
-  const std::vector<double> decay = read_hdf5_doubles(tmp.path(), "chain/per_head/mean_log_decay");
+      read_hdf5_doubles(tmp.file("chain.h5"), "chain/per_head/saturation_ratio");
+  const std::vector<double> decay =
+      read_hdf5_doubles(tmp.file("chain.h5"), "chain/per_head/mean_log_decay");
   const std::vector<double> rate =
-      read_hdf5_doubles(tmp.path(), "chain/per_head/contraction_rate", &shape);
+      read_hdf5_doubles(tmp.file("chain.h5"), "chain/per_head/contraction_rate", &shape);
   ASSERT_EQ(shape, (std::vector<size_t>{Ls, HVs, dks}));  // [layer, head, key channel]
   const std::vector<double> model =
-      read_hdf5_doubles(tmp.path(), "chain/per_head/model_saturation_ratio");
+      read_hdf5_doubles(tmp.file("chain.h5"), "chain/per_head/model_saturation_ratio");
   ASSERT_EQ(whole.size(), 8u);
   ASSERT_EQ(share.size(), static_cast<size_t>(heads));
   ASSERT_EQ(ratio.size(), static_cast<size_t>(heads));
@@ -258,11 +251,11 @@ TEST(ChainExperiment, SaturationFollowsTheContractionModel) {
   for (const Case& c : {Case{"init-gdn", small_gdn_model()}, Case{"init-kda", small_kda_model()},
                         Case{"seed-kda", small_kda_model()}})
     for (uint64_t seed : {0, 1}) {
-      const TempResult tmp(std::string("chain_model_") + c.drive);
+      const TempDir tmp(std::string("chain_model_") + c.drive);
       Options o = chain_options();
       o.drive = c.drive;
       o.seed = seed;
-      const Summary s = run_chain_to(c.model, o, tmp.path());
+      const Summary s = run_chain_to(c.model, o, tmp.file("chain.h5"));
       const double measured = s.get("chain.saturation_ratio");
       EXPECT_GT(measured, 1.0) << c.drive << " seed " << seed;
       EXPECT_NEAR(s.get("chain.saturation_ratio_over_model"), 1.0, 0.05)

@@ -22,8 +22,10 @@
 #include "core/util/error.h"
 #include "core/util/rng.h"
 #include "experiments/experiment.h"
+#include "tests/temp_dir.h"
 
 using namespace statecheck;
+using statecheck::test_support::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -322,17 +324,6 @@ TEST(Codec, UnknownNamesAreErrors) {
 }
 
 namespace {
-
-// A temporary folder, removed when the test ends (also on a failed ASSERT).
-struct TempDir {
-  fs::path dir;
-  explicit TempDir(const std::string& tag)
-      : dir(fs::temp_directory_path() / ("statecheck_" + tag + "_" + std::to_string(::getpid()))) {
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
 
 // 3 GDN layers (full attention at layer 4), 2 key heads and 4 value heads of d_v 36 x d_k 40.
 ModelConfig small_gdn_model() {

@@ -21,6 +21,7 @@
 #include "experiments/experiment.h"
 #include "tests/error_of.h"
 #include "tests/h5_read.h"
+#include "tests/temp_dir.h"
 
 using namespace statecheck;
 using statecheck::test_support::error_of;
@@ -28,11 +29,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// `name` inside this test process's temporary folder (removed when the process exits).
 std::string temp_path(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("statecheck_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  static const test_support::TempDir dir("test");
+  return dir.file(name);
 }
 
 TensorToWrite pattern(std::vector<size_t> shape, const std::string& dtype) {

@@ -15,9 +15,11 @@
 #include "core/model/model_config.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
+#include "tests/temp_dir.h"
 
 using namespace statecheck;
 namespace fs = std::filesystem;
+using statecheck::test_support::TempDir;
 
 namespace {
 
@@ -129,32 +131,27 @@ int64_t int_attr(const std::string& path, const char* group, const char* name) {
 // would put inf and NaN into the results; the run stops instead, naming the file and where the
 // recurrence overflowed.
 TEST(StatesFixtures, StatesThatOverflowTheRecurrenceAreNamed) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("statecheck_huge_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string huge = (dir / "huge.safetensors").string();
+  const TempDir dir("huge_states");
+  const std::string huge = dir.file("huge.safetensors");
   TensorToWrite t;
   t.dtype = "F32";
   t.shape = {2, 2, 16, 16};
   t.data.assign(2 * 2 * 16 * 16, 3e38f);
   write_safetensors(huge, {{"state", t}});
   for (const std::string experiment : {"codec", "chain"}) {
-    const std::string msg = run_on_states(experiment, huge, (dir / "r.h5").string());
+    const std::string msg = run_on_states(experiment, huge, dir.file("r.h5"));
     EXPECT_NE(msg.find("states:" + huge + ": sequence 0, layer "), std::string::npos) << msg;
     EXPECT_NE(msg.find("too large for fp32 arithmetic"), std::string::npos) << msg;
-    EXPECT_FALSE(fs::exists(dir / "r.h5")) << experiment;
+    EXPECT_FALSE(fs::exists(dir.file("r.h5"))) << experiment;
   }
-  fs::remove_all(dir);
 }
 
 // chain follows one sequence: of a file with N = 2 states it runs the first, and records both
 // numbers.
 TEST(StatesFixtures, ChainRecordsWhichOfTheFilesStatesItFollows) {
-  const fs::path dir = fs::temp_directory_path() / ("statecheck_n2_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string out = (dir / "chain.h5").string();
+  const TempDir dir("n2_states");
+  const std::string out = dir.file("chain.h5");
   ASSERT_EQ(run_on_states("chain", kDir + "tiny_n2_bf16.safetensors", out), "");
   EXPECT_EQ(int_attr(out, "chain", "states_in_source"), 2);
   EXPECT_EQ(int_attr(out, "chain", "state_followed"), 0);
-  fs::remove_all(dir);
 }
