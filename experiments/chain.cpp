@@ -221,6 +221,8 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
             const int spacing = T / ns[i];
             if ((t + 1) % spacing != 0) continue;
             source.require_finite(S_n[i].data(), head, "chained state", 0, l, h, t + 1);
+            if (i == 0)  // n = 1, its one checkpoint at T: the reference there too
+              source.require_finite(S_ref.data(), head, "reference state", 0, l, h, t + 1);
             roundtrip_head(codec, S_n[i].data(), dv, dk, tmp.data(), {l, h});
             S_n[i].swap(tmp);
             const ErrorStats e = compare(S_ref.data(), S_n[i].data(), head);

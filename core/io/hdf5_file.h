@@ -80,10 +80,11 @@ using ShapeCheck = std::function<void(const std::string& name, const std::vector
 
 // Reads one floating-point dataset from an HDF5 file: `name` if given, else "state" if present,
 // else the only dataset at the root. fp32 and fp64 datasets are read as fp32 (fp64 values beyond
-// the fp32 range are an error); 16-bit unsigned integer datasets with attribute dtype="bf16" as
-// bf16 bits. Throws statecheck::Error naming the file and dataset (unreadable file, no such
-// dataset, several candidates, unsupported type, data never written, data in external files, a
-// compression filter this build lacks), or whatever `check` throws.
+// the fp32 range are an error); 16-bit integer datasets (signed or not) with attribute
+// dtype="bf16" as bf16 bits. Throws statecheck::Error naming the file and dataset (unreadable
+// file, no such dataset, several candidates, unsupported type, data never written, a chunked
+// dataset with chunks never written, data in external files, a virtual dataset, a compression
+// filter this build lacks), or whatever `check` throws.
 FloatArray read_hdf5_array(const std::string& path, const std::string& name = "",
                            const ShapeCheck& check = nullptr);
 

@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "core/util/error.h"
 
@@ -74,30 +76,37 @@ void check_output_file(const std::string& option, const std::string& path,
           option, path);
   }
   check_not_an_input(option, path, path, inputs);
-  // The result is written to path.partial first: an ordinary file there, and not an input, and a
-  // name the file system can hold (NAME_MAX, 255 bytes on Linux file systems).
+  // The result is written to path.partial first: an ordinary file there, and not an input.
   const std::string partial = path + ".partial";
-  const size_t name_bytes = fs::path(partial).filename().string().size();
-  if (name_bytes > 255)
-    fail("{} {}: file name is {} bytes long while written ('.partial' appended); the limit is 255",
-         option, path, name_bytes);
   check_partial_slot(option + " " + path, partial);
   check_not_an_input(option, path, partial, inputs);
   // The nearest existing ancestor must be a writable directory (create_directories would fail on
-  // a file; a read-only one would fail only after the work).
+  // a file; a read-only one would fail only after the work), and the folders to create below it
+  // and the partial file's name must fit its file system's name limit.
+  std::vector<std::string> names = {fs::path(partial).filename().string()};
+  fs::path existing;
   for (fs::path parent = fs::absolute(path, ec).parent_path(); !parent.empty();
        parent = parent.parent_path()) {
     std::error_code pe;
     const fs::file_status ps = fs::status(parent, pe);
     if (pe || !fs::exists(ps)) {
+      names.push_back(parent.filename().string());
       if (parent == parent.parent_path()) break;
       continue;
     }
     if (!fs::is_directory(ps)) fail("{} {}: {} is not a directory", option, path, parent.string());
     if (::access(parent.c_str(), W_OK | X_OK) != 0)
       fail("{} {}: directory {} is not writable", option, path, parent.string());
+    existing = parent;
     break;
   }
+  const long limit = existing.empty() ? -1 : ::pathconf(existing.c_str(), _PC_NAME_MAX);
+  const size_t name_max = limit > 0 ? static_cast<size_t>(limit) : 255;
+  for (const std::string& name : names)
+    if (name.size() > name_max)
+      fail("{} {}: the name '{}...' is {} bytes long{}; the file system allows {}", option, path,
+           name.substr(0, 16), name.size(),
+           name == names[0] ? " while written ('.partial' appended)" : "", name_max);
 }
 
 CreatedDirectories::CreatedDirectories(const std::string& what, const fs::path& dir) {

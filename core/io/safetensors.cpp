@@ -48,8 +48,8 @@ Header read_header(const std::string& path, std::ifstream& in) {
         path, h.header_len, h.file_size);
   std::string header(h.header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(h.header_len));
-  // A tensor named twice would leave the last entry to describe it: refused (the safetensors
-  // reference loader refuses such headers too). Only the top-level keys are tensor names.
+  // A tensor named twice would leave the last entry to describe it (JSON parsers keep the last
+  // one): refused. Only the top-level keys are tensor names.
   int depth = 0;
   std::set<std::string> seen;
   std::string duplicate;

@@ -17,8 +17,10 @@ namespace statecheck {
 // statecheck::Error with one line naming the file and the problem: too short for its header,
 // header length past the end or above 100 MB, bad JSON, missing dtype/shape/data_offsets,
 // unsupported dtype, byte range not matching shape x dtype size (mislabelled), data past the end of
-// the file (truncated), several tensors and none named "state". `check` (if given) sees the
-// tensor's name and shape before its data are read.
+// the file (truncated), a tensor named twice, tensors overlapping, data bytes that no tensor
+// indexes (before, between or after the tensors: the format indexes every byte), several tensors
+// and none named "state". `check` (if given) sees the tensor's name and shape before its data are
+// read.
 FloatArray read_safetensors(const std::string& path, const std::string& name = "",
                             const ShapeCheck& check = nullptr);
 

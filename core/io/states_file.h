@@ -11,7 +11,8 @@
 
 namespace statecheck {
 
-// Reads the states of `path` (format by content: HDF5 signature, else safetensors) and checks
+// Reads the states of `path` (format by content: the HDF5 signature at byte 0 or after a user
+// block at 512 * 2^k, else safetensors) and checks
 // their shape against the model at its TP shard: L == linear layers, HV == value heads per shard,
 // d_v, d_k. Throws statecheck::Error naming the file and the mismatching axis (and suggesting
 // --tp when HV matches another TP degree). Returns one MultiLayerState per state (N >= 1).

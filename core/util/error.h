@@ -16,8 +16,9 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-// `text` with its control characters (bytes 0-31 and 127) written as \xNN, so that a message
-// quoting file contents stays one line and cannot drive the terminal. Other bytes are kept.
+// `text` with its C0 control characters (bytes 0-31) and DEL (127) written as \xNN, so that a
+// message quoting file contents stays one line and starts no ESC sequence. Other bytes are kept
+// as they are (UTF-8 text stays readable).
 inline std::string printable(const std::string& text) {
   std::string out;
   out.reserve(text.size());

@@ -155,6 +155,7 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
   // to B. A bf16 pool adds at most one bf16 rounding on each side where the two fp32 values
   // straddle a rounding boundary: per element |diff| <= B + 2^-7 |x|. Outputs o_t = S_t (scale
   // q_hat) with ||q_hat|| = 1 differ by at most scale * B plus their two bf16 roundings.
+  ASSERT_TRUE(c.qk_l2norm) << "the tolerance below is derived for unit q and k";
   const double u = std::ldexp(1.0, -24);
   const RecurrenceShape shape = pool_batch_shape(before);
   const size_t head = static_cast<size_t>(c.dv) * c.dk;
