@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
+#include "core/io/interrupt_cleanup.h"
 #include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
@@ -36,6 +37,8 @@ std::string usage_header() {
 int main(int argc, char** argv) {
   // Line-buffered output: progress and partial results reach a log even if the run is killed.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // An interrupted run removes its partial results and the folders it created for them.
+  statecheck::install_interrupt_cleanup();
   Options o;
   std::string seed_text;
   std::string cmdline;

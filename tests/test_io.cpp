@@ -6,12 +6,16 @@
 #include <iterator>
 #include <regex>
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
 #include "core/io/hdf5_file.h"
+#include "core/io/interrupt_cleanup.h"
 #include "core/io/paths.h"
 #include "core/io/safetensors.h"
 #include "core/io/states_file.h"
@@ -718,4 +722,38 @@ TEST(RunInfo, RootAttributesReadBackFromAQuickRun) {
   const std::time_t at = timegm(&tm);
   EXPECT_GE(at, before) << created;
   EXPECT_LE(at, after) << created;
+}
+
+// An interrupted run (SIGINT, SIGTERM, SIGHUP) removes its partial result files and the folders
+// it created for them, dies of the signal, and leaves committed results alone. The run is a forked
+// child that commits one result, starts another in new folders, and interrupts itself.
+TEST(Paths, InterruptedRunRemovesItsPartialFilesAndFolders) {
+  const std::string dir = temp_path("interrupted");
+  fs::create_directories(dir);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string kept = dir + "/kept.h5", open = dir + "/new/sub/open.h5";
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      install_interrupt_cleanup();
+      {
+        H5Writer done(kept);
+        done.write("x", std::vector<double>{1.0}, {}, "1", "committed before the signal");
+        done.commit();
+      }
+      H5Writer pending(open);
+      pending.write("x", std::vector<double>{2.0}, {}, "1", "never committed");
+      if (!fs::exists(open + ".partial")) _exit(3);
+      raise(sig);
+      _exit(4);  // not reached: the signal ends the process
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "signal " << sig << ", exit status " << WEXITSTATUS(status);
+    EXPECT_EQ(WTERMSIG(status), sig);
+    EXPECT_TRUE(fs::exists(kept)) << "the committed result was removed";
+    EXPECT_FALSE(fs::exists(open + ".partial"));
+    EXPECT_FALSE(fs::exists(dir + "/new")) << "the folders created for the partial file remain";
+    fs::remove(kept);
+  }
 }

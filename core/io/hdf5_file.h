@@ -21,7 +21,8 @@ class H5Writer {
   // Starts a result file for `path`; missing parent directories are created (and removed again,
   // if still empty, when the file is not committed). The data go to
   // `path.partial` and replace `path` only on commit(): a run that fails (or is killed) leaves an
-  // earlier result at `path` untouched, and the destructor removes the partial file. Throws
+  // earlier result at `path` untouched, and the destructor (or, on SIGINT, SIGTERM or SIGHUP,
+  // core/io/interrupt_cleanup.h) removes the partial file. Throws
   // statecheck::Error when the file cannot be created, or when `path` is a directory or an
   // existing non-regular file (check_output_file).
   explicit H5Writer(const std::string& path);
@@ -64,6 +65,7 @@ class H5Writer {
   std::string partial_;
   bool committed_ = false;
   std::unique_ptr<CreatedDirectories> created_dirs_;  // removed (if empty) when not committed
+  int cleanup_id_ = -1;  // interrupt-cleanup registration of partial_ (interrupt_cleanup.h)
 };
 
 // An n-dimensional float array read from a file.

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/io/interrupt_cleanup.h"
 #include "core/util/error.h"
 
 namespace statecheck {
@@ -123,9 +124,19 @@ CreatedDirectories::CreatedDirectories(const std::string& what, const fs::path& 
     created_.clear();
     fail("{}: cannot create directory {} ({})", what, dir.string(), why);
   }
+  // Outermost first, so that an interrupt removes the deepest first.
+  for (auto d = created_.rbegin(); d != created_.rend(); ++d)
+    cleanup_ids_.push_back(register_interrupt_cleanup(d->string(), true));
+}
+
+void CreatedDirectories::keep() {
+  keep_ = true;
+  for (const int id : cleanup_ids_) unregister_interrupt_cleanup(id);
+  cleanup_ids_.clear();
 }
 
 CreatedDirectories::~CreatedDirectories() {
+  for (const int id : cleanup_ids_) unregister_interrupt_cleanup(id);
   if (keep_) return;
   std::error_code ec;
   for (const fs::path& d : created_) fs::remove(d, ec);  // only if empty
@@ -140,6 +151,10 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
   const std::string partial = path + ".partial";
   check_partial_slot(path, partial);
+  struct Registered {
+    int id;
+    ~Registered() { unregister_interrupt_cleanup(id); }
+  } registered{register_interrupt_cleanup(partial, false)};
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) fail("{}: cannot write (is the directory writable?)", partial);

@@ -39,24 +39,27 @@ void check_output_file(const std::string& option, const std::string& path,
 
 // Creates directory `dir` and its missing ancestors. Unless keep() is called, the destructor
 // removes again those it created, deepest first, each only if empty: a failed run leaves no new
-// empty directories behind. Throws statecheck::Error "<what>: cannot create directory <dir>
-// (<reason>)" when the directory cannot be created. An empty `dir` creates nothing.
+// empty directories behind, and neither does an interrupted one (they are registered with
+// core/io/interrupt_cleanup.h until kept or removed). Throws statecheck::Error "<what>: cannot
+// create directory <dir> (<reason>)" when the directory cannot be created. An empty `dir` creates
+// nothing.
 class CreatedDirectories {
  public:
   CreatedDirectories(const std::string& what, const std::filesystem::path& dir);
   ~CreatedDirectories();
-  void keep() { keep_ = true; }
+  void keep();
   CreatedDirectories(const CreatedDirectories&) = delete;
   CreatedDirectories& operator=(const CreatedDirectories&) = delete;
 
  private:
   std::vector<std::filesystem::path> created_;  // deepest first
+  std::vector<int> cleanup_ids_;                // their interrupt-cleanup registrations
   bool keep_ = false;
 };
 
-// Writes `text` to `path` through `path.partial` and a rename, so that a failed write leaves an
-// earlier file at `path` untouched. Creates missing parent directories. Throws statecheck::Error
-// naming the path on any failure.
+// Writes `text` to `path` through `path.partial` and a rename, so that a failed or interrupted
+// write leaves an earlier file at `path` untouched (and no partial file). Creates missing parent
+// directories. Throws statecheck::Error naming the path on any failure.
 void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace statecheck

@@ -1,0 +1,32 @@
+// What an interrupted run leaves behind: nothing it created. A result is written to NAME.partial
+// (in folders created for it) and renamed into place on commit; if the process is stopped by
+// SIGINT, SIGTERM or SIGHUP first, the handler installed here removes the registered partial
+// files and then the registered folders that are empty, and the process dies of the same signal
+// (exit status 128 + signal in a shell). Results already committed, and earlier results at the
+// final names, are never touched.
+//
+// Registration is for the thread that writes results (the main thread); the handler uses only
+// async-signal-safe calls (unlink, rmdir, sigaction, raise). At most kInterruptCleanupSlots
+// paths are registered at once and each must be shorter than 4096 bytes; a path that does not
+// fit is simply not cleaned up (the run itself is unaffected).
+#pragma once
+
+#include <string>
+
+namespace statecheck {
+
+inline constexpr int kInterruptCleanupSlots = 256;
+
+// Installs the handler for SIGINT, SIGTERM and SIGHUP (idempotent). Called once by the command
+// line before any work.
+void install_interrupt_cleanup();
+
+// Registers `path` (a file to unlink, or a folder to remove if empty) and returns its id, or -1
+// when it cannot be registered. A folder created inside another is registered after it.
+int register_interrupt_cleanup(const std::string& path, bool is_directory);
+
+// Forgets registration `id` (no effect for -1): the file was committed or removed, the folder
+// kept or removed.
+void unregister_interrupt_cleanup(int id);
+
+}  // namespace statecheck
