@@ -38,6 +38,9 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const RecurrenceShape shape = RecurrenceShape::of_model(m);
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk;
   const int Tp = source.has_prefill() ? (o.prefill > 0 ? o.prefill : (o.quick ? 128 : 512)) : 0;
+  if (o.prefill > 0 && !source.has_prefill())
+    fmt::print("codec: --prefill {} is not used: drive {} starts from its own states\n", o.prefill,
+               source.drive_name());
   const int Td = o.decode > 0 ? o.decode : (o.quick ? 32 : 128);
   const ScaleDtype scale = parse_scale_dtype(o.scale_dtype_or_default());
   const std::vector<Codec> codecs = codec_experiment_codecs(scale);

@@ -6,6 +6,7 @@
 //
 // Exit status: 0 success; 1 a threshold failed (suite); 2 bad input or a failed run, with a
 // one-line reason on stderr.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -144,6 +145,21 @@ int main(int argc, char** argv) {
       std::cerr << "statecheck: note: --mode is not read by the shipped experiments (capacity and "
                    "replay run both modes, firecount int8)"
                 << std::endl;
+    // Options given to an experiment that does not read them (their values were still checked):
+    // said, so that a run is not mistaken for one that used them. `suite` passes them on.
+    const std::pair<const char*, std::vector<std::string>> readers[] = {
+        {"drive", {"codec", "chain"}},  {"states", {"codec", "chain"}},
+        {"prefill", {"codec"}},         {"decode", {"codec"}},
+        {"codec", {"chain"}},           {"chain-tokens", {"chain"}},
+        {"chain-layers", {"chain"}},    {"trace", {"replay"}},
+        {"trace-bad-lines", {"replay"}}};
+    for (const auto& [option, experiments] : readers)
+      if (vm.count(option) && !vm[option].defaulted() && o.experiment != "suite" &&
+          std::find(experiments.begin(), experiments.end(), o.experiment) == experiments.end())
+        std::cerr << "statecheck: note: --" << option << " is not read by " << o.experiment
+                  << " (it is read by " << experiments.front()
+                  << (experiments.size() > 1 ? " and " + experiments.back() : std::string()) << ")"
+                  << std::endl;
     // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
     // tiny model's config (data/tinylm/config.json), which is also a statecheck model config.
     if (o.drive == "tinylm" && vm["model"].defaulted())
