@@ -6,7 +6,6 @@
 #include <string>
 
 #include <gtest/gtest.h>
-#include <hdf5.h>
 
 #include "core/io/hdf5_file.h"
 #include "core/io/safetensors.h"
@@ -15,10 +14,12 @@
 #include "core/model/model_config.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
+#include "tests/h5_read.h"
 #include "tests/temp_dir.h"
 
 using namespace statecheck;
 namespace fs = std::filesystem;
+using statecheck::test_support::read_h5_int_attr;
 using statecheck::test_support::TempDir;
 
 namespace {
@@ -115,16 +116,6 @@ std::string run_on_states(const std::string& experiment, const std::string& stat
   return "";
 }
 
-int64_t int_attr(const std::string& path, const char* group, const char* name) {
-  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  const hid_t a = H5Aopen_by_name(f, group, name, H5P_DEFAULT, H5P_DEFAULT);
-  int64_t v = -1;
-  H5Aread(a, H5T_NATIVE_INT64, &v);
-  H5Aclose(a);
-  H5Fclose(f);
-  return v;
-}
-
 }  // namespace
 
 // Finite states too large for fp32 arithmetic (3e38: the first decay-and-write step overflows)
@@ -152,6 +143,8 @@ TEST(StatesFixtures, ChainRecordsWhichOfTheFilesStatesItFollows) {
   const TempDir dir("n2_states");
   const std::string out = dir.file("chain.h5");
   ASSERT_EQ(run_on_states("chain", kDir + "tiny_n2_bf16.safetensors", out), "");
-  EXPECT_EQ(int_attr(out, "chain", "states_in_source"), 2);
-  EXPECT_EQ(int_attr(out, "chain", "state_followed"), 0);
+  bool found = false, found_followed = false;
+  EXPECT_EQ(read_h5_int_attr(out, "chain", "states_in_source", &found), 2);
+  EXPECT_EQ(read_h5_int_attr(out, "chain", "state_followed", &found_followed), 0);
+  EXPECT_TRUE(found && found_followed) << "the attributes are missing";
 }

@@ -8,7 +8,6 @@
 #include <hdf5.h>
 
 #include "core/dtype/bf16.h"
-#include "core/io/interrupt_cleanup.h"
 #include "core/io/paths.h"
 #include "core/util/error.h"
 
@@ -60,7 +59,7 @@ H5Writer::H5Writer(const std::string& path) : path_(path), partial_(path + ".par
   // The directories this writer creates: removed again (if empty) when the run fails.
   created_dirs_ =
       std::make_unique<CreatedDirectories>(path, std::filesystem::path(path).parent_path());
-  cleanup_id_ = register_interrupt_cleanup(partial_, false);  // an interrupt removes it
+  on_interrupt_ = InterruptCleanup(partial_, false);
   file_ = H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) fail("{}: cannot create HDF5 file (is the directory writable?)", partial_);
 }
@@ -71,7 +70,7 @@ H5Writer::~H5Writer() {
     std::error_code ec;
     std::filesystem::remove(partial_, ec);  // a failed run leaves any earlier result untouched
   }
-  unregister_interrupt_cleanup(cleanup_id_);
+  on_interrupt_.release();
   created_dirs_.reset();  // after the partial file: removes the directories if they are empty
 }
 
@@ -89,8 +88,7 @@ void H5Writer::commit() {
   std::filesystem::rename(partial_, path_, ec);
   if (ec) fail("{}: cannot move the finished result into place ({})", path_, ec.message());
   committed_ = true;
-  unregister_interrupt_cleanup(cleanup_id_);
-  cleanup_id_ = -1;
+  on_interrupt_.release();
   created_dirs_->keep();
 }
 

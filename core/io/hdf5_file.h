@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/io/interrupt_cleanup.h"
 #include "core/io/paths.h"
 
 namespace statecheck {
@@ -65,7 +66,7 @@ class H5Writer {
   std::string partial_;
   bool committed_ = false;
   std::unique_ptr<CreatedDirectories> created_dirs_;  // removed (if empty) when not committed
-  int cleanup_id_ = -1;  // interrupt-cleanup registration of partial_ (interrupt_cleanup.h)
+  InterruptCleanup on_interrupt_;  // removes partial_ on SIGINT / SIGTERM / SIGHUP until committed
 };
 
 // An n-dimensional float array read from a file.

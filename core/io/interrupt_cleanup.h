@@ -29,4 +29,32 @@ int register_interrupt_cleanup(const std::string& path, bool is_directory);
 // kept or removed.
 void unregister_interrupt_cleanup(int id);
 
+// One registration, forgotten when release() is called or the object is destroyed (whatever the
+// run did with the path by then). Move-only.
+class InterruptCleanup {
+ public:
+  InterruptCleanup() = default;
+  InterruptCleanup(const std::string& path, bool is_directory)
+      : id_(register_interrupt_cleanup(path, is_directory)) {}
+  ~InterruptCleanup() { release(); }
+  InterruptCleanup(InterruptCleanup&& o) noexcept : id_(o.id_) { o.id_ = -1; }
+  InterruptCleanup& operator=(InterruptCleanup&& o) noexcept {
+    if (this != &o) {
+      release();
+      id_ = o.id_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  InterruptCleanup(const InterruptCleanup&) = delete;
+  InterruptCleanup& operator=(const InterruptCleanup&) = delete;
+  void release() {
+    unregister_interrupt_cleanup(id_);
+    id_ = -1;
+  }
+
+ private:
+  int id_ = -1;
+};
+
 }  // namespace statecheck

@@ -126,17 +126,16 @@ CreatedDirectories::CreatedDirectories(const std::string& what, const fs::path& 
   }
   // Outermost first, so that an interrupt removes the deepest first.
   for (auto d = created_.rbegin(); d != created_.rend(); ++d)
-    cleanup_ids_.push_back(register_interrupt_cleanup(d->string(), true));
+    on_interrupt_.emplace_back(d->string(), true);
 }
 
 void CreatedDirectories::keep() {
   keep_ = true;
-  for (const int id : cleanup_ids_) unregister_interrupt_cleanup(id);
-  cleanup_ids_.clear();
+  on_interrupt_.clear();
 }
 
 CreatedDirectories::~CreatedDirectories() {
-  for (const int id : cleanup_ids_) unregister_interrupt_cleanup(id);
+  on_interrupt_.clear();
   if (keep_) return;
   std::error_code ec;
   for (const fs::path& d : created_) fs::remove(d, ec);  // only if empty
@@ -151,10 +150,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
   const std::string partial = path + ".partial";
   check_partial_slot(path, partial);
-  struct Registered {
-    int id;
-    ~Registered() { unregister_interrupt_cleanup(id); }
-  } registered{register_interrupt_cleanup(partial, false)};
+  const InterruptCleanup on_interrupt(partial, false);
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) fail("{}: cannot write (is the directory writable?)", partial);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/io/interrupt_cleanup.h"
+
 namespace statecheck {
 
 // A named path the run reads ("--states", "--trace", "--model").
@@ -53,7 +55,7 @@ class CreatedDirectories {
 
  private:
   std::vector<std::filesystem::path> created_;  // deepest first
-  std::vector<int> cleanup_ids_;                // their interrupt-cleanup registrations
+  std::vector<InterruptCleanup> on_interrupt_;  // their registrations, outermost first
   bool keep_ = false;
 };
 

@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "core/dtype/bf16.h"
 #include "core/util/error.h"
+#include "core/util/json_parse.h"
 
 namespace statecheck {
 
@@ -48,28 +48,16 @@ Header read_header(const std::string& path, std::ifstream& in) {
         path, h.header_len, h.file_size);
   std::string header(h.header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(h.header_len));
-  // A tensor named twice would leave the last entry to describe it (JSON parsers keep the last
-  // one): refused. Only the top-level keys are tensor names.
-  int depth = 0;
-  std::set<std::string> seen;
-  std::string duplicate;
-  const json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start)
-      ++depth;
-    else if (ev == json::parse_event_t::object_end)
-      --depth;
-    else if (ev == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
-             !seen.insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
+  // A tensor named twice would leave the last entry to describe it: refused. Only the top-level
+  // keys are tensor names.
+  JsonRepeatedKey repeated;
   try {
-    h.json = json::parse(header, cb);
+    h.json = parse_json_noting_repeated_keys(header, repeated, 1);
   } catch (const json::exception& e) {
     fail("{}: header is not valid JSON ({})", path, e.what());
   }
   if (!h.json.is_object()) fail("{}: header is not a JSON object", path);
-  if (!duplicate.empty()) fail("{}: tensor '{}' is named twice in the header", path, duplicate);
+  if (repeated.depth == 1) fail("{}: tensor '{}' is named twice in the header", path, repeated.key);
   return h;
 }
 

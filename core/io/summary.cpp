@@ -3,15 +3,14 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
-#include <set>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io/paths.h"
 #include "core/util/error.h"
+#include "core/util/json_parse.h"
 
 namespace statecheck {
 
@@ -33,34 +32,17 @@ std::vector<ThresholdRow> load_thresholds(const std::string& path) {
   if (!in) fail("{}: cannot open thresholds file", path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // Duplicate keys would let a later entry silently replace an earlier limit: refused, naming the
-  // object they repeat in (per open object: its keys so far and the key that opened it).
-  struct Open {
-    std::set<std::string> keys;
-    std::string last;
-  };
-  std::vector<Open> open;
-  std::string duplicate;
-  const json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) {
-      open.emplace_back();
-    } else if (ev == json::parse_event_t::object_end) {
-      open.pop_back();
-    } else if (ev == json::parse_event_t::key) {
-      const std::string k = parsed.get<std::string>();
-      if (duplicate.empty() && !open.back().keys.insert(k).second)
-        duplicate = open.size() > 1 ? fmt::format("'{}' (in '{}')", k, open[open.size() - 2].last)
-                                    : fmt::format("'{}'", k);
-      open.back().last = k;
-    }
-    return true;
-  };
+  // object they repeat in.
+  JsonRepeatedKey repeated;
   json j;
   try {
-    j = json::parse(text, cb);  // strict: text after the JSON value is an error
+    j = parse_json_noting_repeated_keys(text, repeated);  // strict: no text after the JSON value
   } catch (const json::exception& e) {
     fail("{}: not valid JSON ({})", path, e.what());
   }
-  if (!duplicate.empty()) fail("{}: key {} appears twice in one object", path, duplicate);
+  if (repeated.depth > 1)
+    fail("{}: key '{}' (in '{}') appears twice in one object", path, repeated.key, repeated.parent);
+  if (repeated.depth == 1) fail("{}: key '{}' appears twice in one object", path, repeated.key);
   if (!j.is_object() || !j.contains("limits") || !j["limits"].is_object())
     fail("{}: missing object 'limits'", path);
   if (j["limits"].empty()) fail("{}: 'limits' is empty (the gate would check nothing)", path);
