@@ -146,23 +146,17 @@ int main(int argc, char** argv) {
                    "replay run both modes, firecount int8)"
                 << std::endl;
     // Options given to an experiment that does not read them (their values were still checked):
-    // said, so that a run is not mistaken for one that used them. `suite` passes them on.
-    const std::pair<const char*, std::vector<std::string>> readers[] = {
-        {"drive", {"codec", "chain"}},  {"states", {"codec", "chain"}},
-        {"prefill", {"codec"}},         {"decode", {"codec"}},
-        {"codec", {"chain"}},           {"chain-tokens", {"chain"}},
-        {"chain-layers", {"chain"}},    {"trace", {"replay"}},
-        {"trace-bad-lines", {"replay"}}};
-    for (const auto& [option, experiments] : readers)
-      if (vm.count(option) && !vm[option].defaulted() && o.experiment != "suite" &&
-          std::find(experiments.begin(), experiments.end(), o.experiment) == experiments.end())
-        std::cerr << "statecheck: note: --" << option << " is not read by " << o.experiment
-                  << " (it is read by " << experiments.front()
-                  << (experiments.size() > 1 ? " and " + experiments.back() : std::string()) << ")"
-                  << std::endl;
+    // said, so that a run is not mistaken for one that used them.
+    std::vector<std::string> given;
+    for (const auto& [name, value] : vm)
+      if (!value.defaulted()) given.push_back(name);
+    for (const std::string& note : statecheck::unread_option_notes(o.experiment, given))
+      std::cerr << "statecheck: note: " << note << std::endl;
     // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
-    // tiny model's config (data/tinylm/config.json), which is also a statecheck model config.
-    if (o.drive == "tinylm" && vm["model"].defaulted())
+    // tiny model's config (data/tinylm/config.json), which is also a statecheck model config; only
+    // for the experiments that read --drive (and suite, which refuses the drive with its reason).
+    if (o.drive == "tinylm" && vm["model"].defaulted() &&
+        (o.experiment == "codec" || o.experiment == "chain" || o.experiment == "suite"))
       o.model = statecheck::default_tinylm_config_path();
     return statecheck::run_experiment(o);
   } catch (const po::error& e) {

@@ -154,7 +154,7 @@ int run_suite(const Options& base) {
     for (const auto& [k, v] : s.values()) fmt::print("  {:<56} {:.6g}\n", k, v);
     all.merge(s);
   }
-  const int failures = print_threshold_table(all, rows);
+  const int failures = print_threshold_table(all, rows, true);
   int skipped = 0;
   std::string unmeasured;
   for (const auto& r : rows)

@@ -1,5 +1,6 @@
 // Command-line option checks: every value is validated whatever the experiment (a typo in an
 // option the experiment does not read must not pass silently), with the option named.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "core/util/error.h"
 #include "experiments/experiment.h"
 #include "tests/error_of.h"
+#include "tests/temp_dir.h"
 
 using namespace statecheck;
 
@@ -284,5 +286,111 @@ TEST(MemoryExperiment, StatePoolsBeyondTheMemoryAreReportedOrRefused) {
     EXPECT_NE(e.find("40000 checkpoint slots, 164.80 GiB) leave no memory for the KV cache"),
               std::string::npos)
         << e;
+  }
+}
+
+// The notes for options an experiment does not read name every experiment that does, in order,
+// and say how the experiment sets the option itself where it does.
+TEST(Options, UnreadOptionNotesNameEveryReader) {
+  EXPECT_EQ(unread_option_notes("memory", {"trace"}),
+            std::vector<std::string>{"--trace is not read by memory (it is read by replay)"});
+  EXPECT_EQ(unread_option_notes("firecount", {"strategy"}),
+            std::vector<std::string>{"--strategy is not read by firecount (firecount runs both "
+                                     "no_buffer and extra_buffer; it is read by capacity and "
+                                     "replay)"});
+  EXPECT_EQ(unread_option_notes("replay", {"active-slots"}),
+            std::vector<std::string>{"--active-slots is not read by replay (replay sizes its pools "
+                                     "from the memory budget, at equal memory; it is read by "
+                                     "memory, capacity and firecount)"});
+  EXPECT_EQ(unread_option_notes("codec", {"gpu-mem-gib", "drive", "experiment"}),
+            std::vector<std::string>{"--gpu-mem-gib is not read by codec (it is read by memory, "
+                                     "capacity, firecount and replay)"});
+  EXPECT_TRUE(unread_option_notes("memory", {"active-slots", "temporal-dtype", "model"}).empty());
+  EXPECT_TRUE(unread_option_notes("suite", {"trace", "strategy", "active-slots"}).empty());
+}
+
+namespace {
+
+Summary run_quick(const std::string& experiment, const Options& base,
+                  const test_support::TempDir& dir) {
+  Options o = base;
+  o.experiment = experiment;
+  o.quick = true;
+  const auto& reg = experiment_registry();
+  const auto it = std::find_if(reg.begin(), reg.end(),
+                               [&](const ExperimentEntry& e) { return e.name == experiment; });
+  EXPECT_NE(it, reg.end()) << experiment;
+  H5Writer file(dir.file(experiment + ".h5"));
+  Summary summary;
+  it->run(o, load_model(o.model, o.tp), file, summary);
+  return summary;
+}
+
+// Wall times and speeds (replay.*.wall_s, replay.bench.*) change from run to run: not compared.
+bool timing_key(const std::string& k) {
+  return k.find("wall_s") != std::string::npos || k.find(".bench.") != std::string::npos;
+}
+
+bool same_values(const Summary& a, const Summary& b) {
+  if (a.values().size() != b.values().size()) return false;
+  for (const auto& [k, v] : a.values()) {
+    if (timing_key(k)) continue;
+    if (!b.has(k)) return false;
+    const double w = b.values().at(k);
+    if (!(v == w || (std::isnan(v) && std::isnan(w)))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// What the notes claim, measured: an option noted as unread leaves the experiment's summary as it
+// was (timings aside), and the pool sizes and budget options that memory reads change its
+// summary (firecount reads them too, but its quick workload never fills the pools they size).
+// Run on the quick protocols of memory and firecount (milliseconds) for every cache option with
+// a second valid value, and on replay for the pool sizes it sets itself.
+TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
+  const test_support::TempDir dir("unread_options");
+  struct Change {
+    const char* option;
+    std::function<void(Options&)> set;
+    bool changes_memory;  // memory reads it and its summary depends on it
+  };
+  const Change changes[] = {
+      {"active-slots", [](Options& o) { o.active_slots = 200; }, true},
+      {"ckpt-slots", [](Options& o) { o.ckpt_slots = 300; }, true},
+      {"strategy", [](Options& o) { o.strategy = "no_buffer"; }, false},
+      {"temporal-dtype", [](Options& o) { o.temporal_dtype = "bf16"; }, true},
+      {"gpu-mem-gib", [](Options& o) { o.gpu_mem_gib = 120.0; }, true},
+      {"mem-fraction", [](Options& o) { o.mem_fraction = 0.8; }, true},
+      {"weights-gib", [](Options& o) { o.weights_gib = 30.0; }, true},
+      {"chunk-granularity", [](Options& o) { o.chunk_granularity = 128; }, false},
+      {"track-interval", [](Options& o) { o.track_interval = 128; }, false},
+      {"chunked-prefill", [](Options& o) { o.chunked_prefill = 4096; }, false},
+      {"max-running", [](Options& o) { o.max_running = 8; }, false},
+  };
+  for (const std::string experiment : {"memory", "firecount"}) {
+    const Summary base = run_quick(experiment, Options{}, dir);
+    for (const auto& c : changes) {
+      SCOPED_TRACE(experiment + " --" + c.option);
+      Options o;
+      c.set(o);
+      const Summary changed = run_quick(experiment, o, dir);
+      if (!unread_option_notes(experiment, {c.option}).empty()) {
+        EXPECT_TRUE(same_values(base, changed)) << "noted as unread, but the summary changed";
+      }
+      if (experiment == "memory" && c.changes_memory) {
+        EXPECT_TRUE(unread_option_notes(experiment, {c.option}).empty());
+        EXPECT_FALSE(same_values(base, changed)) << "read, but the summary did not change";
+      }
+    }
+  }
+  const Summary base = run_quick("replay", Options{}, dir);
+  for (const auto& c : {changes[0], changes[1]}) {
+    SCOPED_TRACE(std::string("replay --") + c.option);
+    Options o;
+    c.set(o);
+    ASSERT_FALSE(unread_option_notes("replay", {c.option}).empty());
+    EXPECT_TRUE(same_values(base, run_quick("replay", o, dir)));
   }
 }

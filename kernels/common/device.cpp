@@ -12,7 +12,14 @@ bool device_available(std::string* why) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    if (why) *why = fmt::format("no usable CUDA driver/device ({})", cudaGetErrorString(e));
+    int driver = 0;
+    // cudaDriverGetVersion gives 0 when no driver is installed (CUDA runtime API reference).
+    if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess &&
+        driver == 0) {
+      if (why) *why = "no CUDA driver is installed on this machine (no GPU to run on)";
+    } else if (why) {
+      *why = fmt::format("no usable CUDA driver/device ({})", cudaGetErrorString(e));
+    }
     cudaGetLastError();  // clear the sticky error of the failed query
     return false;
   }
