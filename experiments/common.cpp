@@ -99,7 +99,12 @@ std::vector<std::string> unread_option_notes(const std::string& experiment,
   // Who reads what: codec and chain take the drive; the cache experiments read the memory budget
   // (options_budget_inputs), the state dtypes (options_dtypes) and, those that run the engine,
   // the cache and engine configs (options_cache_config, options_engine_config). replay sizes its
-  // pools itself, firecount runs both strategies.
+  // pools itself, firecount runs both strategies. codec, chain and bench take their scale dtype
+  // from --scale-dtype or, without it, --temporal-dtype (scale_dtype_or_default); kl runs its
+  // own codec list. Options every experiment reads (--model, --tp, --seed, --threads, --quick,
+  // --out, --summary, --device) are not listed.
+  const std::vector<std::string> dtypes = {"codec",    "chain",     "bench", "memory",
+                                           "capacity", "firecount", "replay"};
   const std::vector<std::string> budget = {"memory", "capacity", "firecount", "replay"};
   const std::vector<std::string> engine = {"capacity", "firecount", "replay"};
   const Readers table[] = {{"drive", {"codec", "chain"}},
@@ -114,7 +119,8 @@ std::vector<std::string> unread_option_notes(const std::string& experiment,
                            {"active-slots", {"memory", "capacity", "firecount"}},
                            {"ckpt-slots", {"memory", "capacity", "firecount"}},
                            {"strategy", {"capacity", "replay"}},
-                           {"temporal-dtype", budget},
+                           {"temporal-dtype", dtypes},
+                           {"scale-dtype", dtypes},
                            {"conv-dtype", budget},
                            {"gpu-mem-gib", budget},
                            {"mem-fraction", budget},
@@ -157,8 +163,7 @@ int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& row
     if (shown++ == 0)
       fmt::print(gate ? "\nthresholds (data/thresholds.json):\n"
                       : "\nthresholds (data/thresholds.json; for reference, not a gate: only "
-                        "`statecheck suite` exits 1 on a failing row, on the protocol the limits "
-                        "were set for):\n");
+                        "`statecheck suite` exits 1 on a failing row):\n");
     // Headroom: how much of the limit the value uses (for '<': value/limit, for '>': limit/value).
     double used = std::nan("");
     if (r.op[0] == '<' && r.limit != 0.0)

@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
       "cpu | cuda (CUDA paths next to the CPU reference)")(
       "drive", po::value(&o.drive),
       "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm implies "
-      "--model data/tinylm/config.json)")("states", po::value(&o.states),
-                                          "states file for --drive states (safetensors or HDF5)")(
+      "--model data/tinylm/config.json in codec and chain)")(
+      "states", po::value(&o.states), "states file for --drive states (safetensors or HDF5)")(
       "quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)")(
       "out", po::value(&o.out), "result file (.h5); suite: result directory (default results)")(
       "summary", po::value(&o.summary), "write the flat summary JSON here")(

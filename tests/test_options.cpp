@@ -306,6 +306,11 @@ TEST(Options, UnreadOptionNotesNameEveryReader) {
             std::vector<std::string>{"--gpu-mem-gib is not read by codec (it is read by memory, "
                                      "capacity, firecount and replay)"});
   EXPECT_TRUE(unread_option_notes("memory", {"active-slots", "temporal-dtype", "model"}).empty());
+  // --temporal-dtype is codec's scale dtype when --scale-dtype is not given.
+  EXPECT_TRUE(unread_option_notes("codec", {"temporal-dtype", "scale-dtype"}).empty());
+  EXPECT_EQ(unread_option_notes("kl", {"scale-dtype"}),
+            std::vector<std::string>{"--scale-dtype is not read by kl (it is read by codec, chain, "
+                                     "bench, memory, capacity, firecount and replay)"});
   EXPECT_TRUE(unread_option_notes("suite", {"trace", "strategy", "active-slots"}).empty());
 }
 
@@ -393,4 +398,15 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
     ASSERT_FALSE(unread_option_notes("replay", {c.option}).empty());
     EXPECT_TRUE(same_values(base, run_quick("replay", o, dir)));
   }
+  // The state dtypes: codec reads --temporal-dtype (its scale dtype without --scale-dtype), kl
+  // neither.
+  Options bf16;
+  bf16.temporal_dtype = "bf16";
+  EXPECT_TRUE(unread_option_notes("codec", {"temporal-dtype"}).empty());
+  EXPECT_FALSE(same_values(run_quick("codec", Options{}, dir), run_quick("codec", bf16, dir)));
+  Options kl_base, kl_bf16;
+  kl_base.model = kl_bf16.model = default_tinylm_config_path();
+  kl_bf16.scale_dtype = "bf16";
+  ASSERT_FALSE(unread_option_notes("kl", {"scale-dtype"}).empty());
+  EXPECT_TRUE(same_values(run_quick("kl", kl_base, dir), run_quick("kl", kl_bf16, dir)));
 }
