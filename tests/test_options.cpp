@@ -352,8 +352,9 @@ bool same_values(const Summary& a, const Summary& b) {
 // What the notes claim, measured: an option noted as unread leaves the experiment's summary as it
 // was (timings aside), and the pool sizes and budget options that memory reads change its
 // summary (firecount reads them too, but its quick workload never fills the pools they size).
-// Run on the quick protocols of memory and firecount (milliseconds) for every cache option with
-// a second valid value, and on replay for the pool sizes it sets itself.
+// Run on the quick protocols of memory (every cache option with a second valid value), firecount
+// (the options noted for it), replay without payloads (the pool sizes it sets itself) and a short
+// codec protocol (--temporal-dtype); kl's notes are checked by text above (it reads no dtype).
 TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
   const test_support::TempDir dir("unread_options");
   struct Change {
@@ -377,11 +378,13 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
   for (const std::string experiment : {"memory", "firecount"}) {
     const Summary base = run_quick(experiment, Options{}, dir);
     for (const auto& c : changes) {
+      const bool noted = !unread_option_notes(experiment, {c.option}).empty();
+      if (experiment == "firecount" && !noted) continue;  // nothing to measure there (above)
       SCOPED_TRACE(experiment + " --" + c.option);
       Options o;
       c.set(o);
       const Summary changed = run_quick(experiment, o, dir);
-      if (!unread_option_notes(experiment, {c.option}).empty()) {
+      if (noted) {
         EXPECT_TRUE(same_values(base, changed)) << "noted as unread, but the summary changed";
       }
       if (experiment == "memory" && c.changes_memory) {
@@ -390,23 +393,22 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
       }
     }
   }
-  const Summary base = run_quick("replay", Options{}, dir);
+  Options bookkeeping;  // replay's pools and hits without the state payloads: 4x faster
+  bookkeeping.no_payload = true;
+  const Summary base = run_quick("replay", bookkeeping, dir);
   for (const auto& c : {changes[0], changes[1]}) {
     SCOPED_TRACE(std::string("replay --") + c.option);
-    Options o;
+    Options o = bookkeeping;
     c.set(o);
     ASSERT_FALSE(unread_option_notes("replay", {c.option}).empty());
     EXPECT_TRUE(same_values(base, run_quick("replay", o, dir)));
   }
-  // The state dtypes: codec reads --temporal-dtype (its scale dtype without --scale-dtype), kl
-  // neither.
-  Options bf16;
+  // The state dtypes: codec reads --temporal-dtype (its scale dtype without --scale-dtype), on a
+  // short protocol.
+  Options fp32, bf16;
+  fp32.prefill = bf16.prefill = 16;
+  fp32.decode = bf16.decode = 4;
   bf16.temporal_dtype = "bf16";
   EXPECT_TRUE(unread_option_notes("codec", {"temporal-dtype"}).empty());
-  EXPECT_FALSE(same_values(run_quick("codec", Options{}, dir), run_quick("codec", bf16, dir)));
-  Options kl_base, kl_bf16;
-  kl_base.model = kl_bf16.model = default_tinylm_config_path();
-  kl_bf16.scale_dtype = "bf16";
-  ASSERT_FALSE(unread_option_notes("kl", {"scale-dtype"}).empty());
-  EXPECT_TRUE(same_values(run_quick("kl", kl_base, dir), run_quick("kl", kl_bf16, dir)));
+  EXPECT_FALSE(same_values(run_quick("codec", fp32, dir), run_quick("codec", bf16, dir)));
 }
