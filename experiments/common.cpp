@@ -95,48 +95,47 @@ std::vector<std::string> unread_option_notes(const std::string& experiment,
   struct Readers {
     const char* option;
     std::vector<std::string> experiments;
+    std::vector<std::string> set_itself = {};  // experiments that set the option themselves
+    const char* how = "";                      // and how
   };
   // Who reads what: codec and chain take the drive; the cache experiments read the memory budget
   // (options_budget_inputs), the state dtypes (options_dtypes) and, those that run the engine,
-  // the cache and engine configs (options_cache_config, options_engine_config). replay sizes its
-  // pools itself, firecount runs both strategies. codec, chain and bench take their scale dtype
-  // from --scale-dtype or, without it, --temporal-dtype (scale_dtype_or_default); kl runs its
-  // own codec list. Options every experiment reads (--model, --tp, --seed, --threads, --quick,
-  // --out, --summary, --device) are not listed.
+  // the cache and engine configs (options_cache_config, options_engine_config). codec, chain and
+  // bench take their scale dtype from --scale-dtype or, without it, --temporal-dtype
+  // (scale_dtype_or_default); kl runs its own codec list. Options every experiment reads
+  // (--model, --tp, --seed, --threads, --quick, --out, --summary, --device) are not listed.
   const std::vector<std::string> dtypes = {"codec",    "chain",     "bench", "memory",
                                            "capacity", "firecount", "replay"};
   const std::vector<std::string> budget = {"memory", "capacity", "firecount", "replay"};
   const std::vector<std::string> engine = {"capacity", "firecount", "replay"};
-  const Readers table[] = {{"drive", {"codec", "chain"}},
-                           {"states", {"codec", "chain"}},
-                           {"prefill", {"codec"}},
-                           {"decode", {"codec"}},
-                           {"codec", {"chain"}},
-                           {"chain-tokens", {"chain"}},
-                           {"chain-layers", {"chain"}},
-                           {"trace", {"replay"}},
-                           {"trace-bad-lines", {"replay"}},
-                           {"active-slots", {"memory", "capacity", "firecount"}},
-                           {"ckpt-slots", {"memory", "capacity", "firecount"}},
-                           {"strategy", {"capacity", "replay"}},
-                           {"temporal-dtype", dtypes},
-                           {"scale-dtype", dtypes},
-                           {"conv-dtype", budget},
-                           {"gpu-mem-gib", budget},
-                           {"mem-fraction", budget},
-                           {"weights-gib", budget},
-                           {"no-payload", engine},
-                           {"chunk-granularity", engine},
-                           {"track-interval", engine},
-                           {"chunked-prefill", engine},
-                           {"max-running", engine}};
-  auto how = [&](const std::string& option) -> std::string {
-    if (experiment == "firecount" && option == "strategy")
-      return "firecount runs both no_buffer and extra_buffer; ";
-    if (experiment == "replay" && (option == "active-slots" || option == "ckpt-slots"))
-      return "replay sizes its pools from the memory budget, at equal memory; ";
-    return "";
-  };
+  const char* replay_pools = "replay sizes its pools from the memory budget, at equal memory";
+  const Readers table[] = {
+      {"drive", {"codec", "chain"}},
+      {"states", {"codec", "chain"}},
+      {"prefill", {"codec"}},
+      {"decode", {"codec"}},
+      {"codec", {"chain"}},
+      {"chain-tokens", {"chain"}},
+      {"chain-layers", {"chain"}},
+      {"trace", {"replay"}},
+      {"trace-bad-lines", {"replay"}},
+      {"active-slots", {"memory", "capacity", "firecount"}, {"replay"}, replay_pools},
+      {"ckpt-slots", {"memory", "capacity", "firecount"}, {"replay"}, replay_pools},
+      {"strategy",
+       {"capacity", "replay"},
+       {"firecount"},
+       "firecount runs both no_buffer and extra_buffer"},
+      {"temporal-dtype", dtypes},
+      {"scale-dtype", dtypes},
+      {"conv-dtype", budget},
+      {"gpu-mem-gib", budget},
+      {"mem-fraction", budget},
+      {"weights-gib", budget},
+      {"no-payload", engine},
+      {"chunk-granularity", engine},
+      {"track-interval", engine},
+      {"chunked-prefill", engine},
+      {"max-running", engine}};
   std::vector<std::string> notes;
   for (const auto& r : table) {
     if (std::find(given.begin(), given.end(), r.option) == given.end()) continue;
@@ -145,8 +144,10 @@ std::vector<std::string> unread_option_notes(const std::string& experiment,
     std::string readers;
     for (size_t i = 0; i < r.experiments.size(); ++i)
       readers += (i == 0 ? "" : i + 1 == r.experiments.size() ? " and " : ", ") + r.experiments[i];
+    const bool sets_it =
+        std::find(r.set_itself.begin(), r.set_itself.end(), experiment) != r.set_itself.end();
     notes.push_back(fmt::format("--{} is not read by {} ({}it is read by {})", r.option, experiment,
-                                how(r.option), readers));
+                                sets_it ? std::string(r.how) + "; " : std::string(), readers));
   }
   return notes;
 }

@@ -21,6 +21,7 @@
 #include "core/model/model_config.h"
 #include "core/recurrence/gated_delta.h"
 #include "experiments/experiment.h"
+#include "tests/small_models.h"
 #include "tests/temp_dir.h"
 
 using namespace statecheck;
@@ -29,20 +30,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// 3 GDN layers (full attention at layer 3), 2 key heads and 4 value heads (GVA) of 32 x 32.
+// 3 GDN layers, 2 key heads and 4 value heads (GVA) of 32 x 32.
 ModelConfig small_gdn_model() {
-  const nlohmann::json j = {{"model_type", "qwen3_next"},
-                            {"num_hidden_layers", 4},
-                            {"full_attention_interval", 4},
-                            {"linear_num_key_heads", 2},
-                            {"linear_num_value_heads", 4},
-                            {"linear_key_head_dim", 32},
-                            {"linear_value_head_dim", 32},
-                            {"linear_conv_kernel_dim", 4},
-                            {"num_key_value_heads", 1},
-                            {"head_dim", 64},
-                            {"hidden_size", 64}};
-  return parse_model_config(j, "small-gdn", 1);
+  return test_support::small_gdn_model(32, 32);
 }
 
 // 3 KDA layers (MLA at 1-based layer 4), 4 heads of 32 x 32.

@@ -22,6 +22,7 @@
 #include "core/util/error.h"
 #include "core/util/rng.h"
 #include "experiments/experiment.h"
+#include "tests/small_models.h"
 #include "tests/temp_dir.h"
 
 using namespace statecheck;
@@ -325,20 +326,9 @@ TEST(Codec, UnknownNamesAreErrors) {
 
 namespace {
 
-// 3 GDN layers (full attention at layer 4), 2 key heads and 4 value heads of d_v 36 x d_k 40.
+// 3 GDN layers, 2 key heads and 4 value heads of d_v 36 x d_k 40 (neither a power of two).
 ModelConfig small_gdn_model() {
-  const nlohmann::json j = {{"model_type", "qwen3_next"},
-                            {"num_hidden_layers", 4},
-                            {"full_attention_interval", 4},
-                            {"linear_num_key_heads", 2},
-                            {"linear_num_value_heads", 4},
-                            {"linear_key_head_dim", 40},
-                            {"linear_value_head_dim", 36},
-                            {"linear_conv_kernel_dim", 4},
-                            {"num_key_value_heads", 1},
-                            {"head_dim", 64},
-                            {"hidden_size", 64}};
-  return parse_model_config(j, "small-gdn", 1);
+  return test_support::small_gdn_model(40, 36);
 }
 
 // Decode outputs of one head run by the fp64 loop from an fp32 start state, and per step how far

@@ -598,24 +598,18 @@ TEST(StatesFile, Hdf5WithAUserBlockIsRecognised) {
 TEST(Safetensors, DuplicateNamesAndUnindexedBytesAreRefused) {
   const std::string path = temp_path("layout.safetensors");
   const std::string data(16, '\0');  // four F32 zeros
-  write_raw_safetensors(path,
-                        R"({"state":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
-                        R"("state":{"dtype":"BF16","shape":[8],"data_offsets":[0,16]}})",
-                        data);
-  EXPECT_NE(error_of([&] { read_safetensors(path); }).find("tensor 'state' is named twice"),
-            std::string::npos);
-  write_raw_safetensors(path, R"({"state":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-                        data);
-  EXPECT_NE(error_of([&] {
-              read_safetensors(path);
-            }).find("data bytes [0, 8) before tensor 'state' belong to no tensor"),
-            std::string::npos);
-  write_raw_safetensors(path, R"({"state":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-                        data);
-  EXPECT_NE(error_of([&] {
-              read_safetensors(path);
-            }).find("8 data bytes after the last tensor (from byte 8) belong to no tensor"),
-            std::string::npos);
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"state":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+       R"("state":{"dtype":"BF16","shape":[8],"data_offsets":[0,16]}})",
+       "tensor 'state' is named twice"},
+      {R"({"state":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+       "data bytes [0, 8) before tensor 'state' belong to no tensor"},
+      {R"({"state":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+       "8 data bytes after the last tensor (from byte 8) belong to no tensor"}};
+  for (const auto& [header, reason] : refused) {
+    write_raw_safetensors(path, header, data);
+    EXPECT_NE(error_of([&] { read_safetensors(path); }).find(reason), std::string::npos) << reason;
+  }
   write_raw_safetensors(path, R"({"state":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
                         data);
   EXPECT_EQ(read_safetensors(path).data, std::vector<float>(4, 0.0f));
