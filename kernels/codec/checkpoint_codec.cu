@@ -830,6 +830,103 @@ __global__ void __launch_bounds__(kFastThreads) load_rows_kernel(CodecParams p, 
   }
 }
 
+// Slot copy (the fp32 codec on fp32 active states, the bf16 codec on bf16 ones): the checkpoint
+// bytes are the active bytes, so store and load move 16-byte units unchanged. One block of
+// kCopyThreads per (part, layer, pair) in a 3-D grid, `part` being a (head, run of
+// kCopyUnits * kCopyThreads units) or a conv chunk; every thread issues its kCopyUnits loads
+// (unit u0 + i * kCopyThreads, coalesced per warp) before its first store. The store (CHECK) also
+// refuses a run holding a non-finite element (exponent bits all ones, ElemT fp32 or bf16): it
+// writes nothing and records the run's largest per-thread first offender, as the other store
+// kernels do. Requires d_v * d_k * sizeof(ElemT) % 16 == 0; the pools' 16-byte alignment is checked
+// by the host.
+// Two units per thread, 8 KiB per block. One or four units, a per-head loop that loads run r + 1
+// before storing run r, and a bulk copy through shared memory were no faster on an H200
+// (results/gpu/2026-11-30_nvidia-h200_run12).
+constexpr int kCopyThreads = 256;
+constexpr int kCopyUnits = 2;  // 16-byte units per thread
+
+// Index (0 .. 16 / sizeof(ElemT) - 1) of the first non-finite element of a 16-byte unit of ElemT
+// values, or -1.
+template <typename ElemT>
+__device__ __forceinline__ int first_non_finite(const uint4& v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(ElemT) == 4) {
+      if ((w[i] & 0x7f800000u) == 0x7f800000u) return i;
+    } else {
+      if ((w[i] & 0x7f80u) == 0x7f80u) return 2 * i;
+      if ((w[i] & 0x7f800000u) == 0x7f800000u) return 2 * i + 1;
+    }
+  }
+  return -1;
+}
+
+template <typename ElemT, bool CHECK>
+__global__ void __launch_bounds__(kCopyThreads) slot_copy_kernel(CodecParams p, int runs) {
+  constexpr int kPerUnit = 16 / static_cast<int>(sizeof(ElemT));
+  const Job job = grid_job();
+  const int src_slot = p.src_ids[job.pair], dst_slot = p.dst_ids[job.pair];
+  if (job.part >= p.HV * runs) return conv_job(p, job, src_slot, dst_slot, p.HV * runs);
+  const int h = job.part / runs;
+  const int64_t head_units = static_cast<int64_t>(p.dv) * p.dk / kPerUnit;
+  const uint4* src =
+      reinterpret_cast<const uint4*>(p.src_temporal) +
+      ((static_cast<int64_t>(job.layer) * p.src_slots + src_slot) * p.HV + h) * head_units;
+  uint4* dst = reinterpret_cast<uint4*>(p.dst_temporal) +
+               ((static_cast<int64_t>(job.layer) * p.dst_slots + dst_slot) * p.HV + h) * head_units;
+  const int64_t u0 =
+      static_cast<int64_t>(job.part % runs) * kCopyUnits * kCopyThreads + threadIdx.x;
+  uint4 v[kCopyUnits];
+#pragma unroll
+  for (int i = 0; i < kCopyUnits; ++i)
+    if (u0 + i * kCopyThreads < head_units) v[i] = src[u0 + i * kCopyThreads];
+  if constexpr (CHECK) {
+    __shared__ int bad;
+    int first_bad = -1;
+#pragma unroll
+    for (int i = 0; i < kCopyUnits; ++i) {
+      const int64_t u = u0 + i * kCopyThreads;
+      const int e = u < head_units ? first_non_finite<ElemT>(v[i]) : -1;
+      if (e >= 0 && first_bad < 0) first_bad = static_cast<int>(u * kPerUnit + e);
+    }
+    if (threadIdx.x == 0) bad = -1;
+    if (__syncthreads_or(first_bad >= 0)) {  // rare: the whole block takes this branch
+      if (first_bad >= 0) atomicMax(&bad, first_bad);
+      __syncthreads();
+      if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+        p.error_info[1] = job.layer;
+        p.error_info[2] = h;
+        p.error_info[3] = bad;
+      }
+      return;  // refuse: nothing is written for this run
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kCopyUnits; ++i)
+    if (u0 + i * kCopyThreads < head_units) dst[u0 + i * kCopyThreads] = v[i];
+}
+
+// Whether a codec on an active dtype is a slot copy (checkpoint bytes = active bytes).
+template <typename ActiveT, Kind K>
+constexpr bool is_slot_copy() {
+  return (K == Kind::fp32 && std::is_same_v<ActiveT, float>) ||
+         (K == Kind::bf16 && std::is_same_v<ActiveT, __nv_bfloat16>);
+}
+
+// Launches slot_copy_kernel when the head is whole 16-byte units; returns false otherwise.
+template <typename ActiveT, bool CHECK>
+bool launch_slot_copy(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
+  const int64_t head_bytes = static_cast<int64_t>(g.dv) * g.dk * sizeof(ActiveT);
+  if (head_bytes % 16 != 0) return false;
+  constexpr int64_t kRunUnits = static_cast<int64_t>(kCopyUnits) * kCopyThreads;
+  const int runs = static_cast<int>((head_bytes / 16 + kRunUnits - 1) / kRunUnits);
+  const dim3 grid(static_cast<unsigned>(g.HV * runs + p.conv_blocks), static_cast<unsigned>(g.L),
+                  static_cast<unsigned>(n));
+  slot_copy_kernel<ActiveT, CHECK><<<grid, kCopyThreads, 0, stream>>>(p, runs);
+  return true;
+}
+
 int conv_blocks_for(int64_t conv_elems) {
   return static_cast<int>((conv_elems + kConvChunk - 1) / kConvChunk);
 }
@@ -893,7 +990,8 @@ void launch_store_per_head(const PoolGeometry& g, const CodecParams& p, int n,
 }
 
 // int8 and fp8_e4m3: bf16 active states with 128 x 128 heads take the staged kernel; d_k % 32 ==
-// 0 and d_v 128 or 256 the strip kernel; everything else the per-head kernel.
+// 0 and d_v 128 or 256 the strip kernel; a slot copy with heads of whole 16-byte units the copy
+// kernel; everything else the per-head kernel.
 template <typename ActiveT, Kind K, typename ScaleT>
 void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t stream) {
   if constexpr (K == Kind::int8 || K == Kind::fp8) {
@@ -926,12 +1024,19 @@ void launch_store(const PoolGeometry& g, const CodecParams& p, int n, cudaStream
       return;
     }
   }
+  if constexpr (is_slot_copy<ActiveT, K>()) {
+    if (launch_slot_copy<ActiveT, true>(g, p, n, stream)) return;
+  }
   launch_store_per_head<ActiveT, K, ScaleT>(g, p, n, stream);
 }
 
-// d_k % 4 == 0 with d_k / 4 dividing 128: the row kernel; everything else: the per-head kernel.
+// A slot copy with heads of whole 16-byte units: the copy kernel; otherwise d_k % 4 == 0 with
+// d_k / 4 dividing 128: the row kernel; everything else: the per-head kernel.
 template <typename ActiveT, Kind K, typename ScaleT>
 void launch_load(const PoolGeometry& g, const CodecParams& p, int n, cudaStream_t s) {
+  if constexpr (is_slot_copy<ActiveT, K>()) {
+    if (launch_slot_copy<ActiveT, false>(g, p, n, s)) return;
+  }
   if (g.dk % 4 == 0 && kFastThreads % (g.dk / 4) == 0) {
     const int rows_per_run = kFastThreads / (g.dk / 4) * kLoadPasses;
     const int runs = (g.dv + rows_per_run - 1) / rows_per_run;

@@ -29,10 +29,12 @@
 // of 32 or 64 key columns of a head. Both round the cheap exact way (a fused multiply-add with a
 // magic number for int8, paired bracket conversions for E4M3) and divide only for the elements
 // near a rounding boundary. The load on d_k / 4 dividing 128 runs one 128-thread block per run of
-// rows with the scales in registers. Other codecs and shapes take a per-head kernel. All paths
-// give the CPU codec's bytes (tests/gpu/test_checkpoint_codec.cpp).
-// A non-finite value refuses its strip or head; other strips and heads of the same
-// state may be written, so a caller must discard the destination slot when the store reports.
+// rows with the scales in registers. A slot copy (the fp32 codec on fp32 active states, bf16 on
+// bf16) whose heads are whole 16-byte units moves them unchanged, 256 threads per run of 8 KiB of
+// a head, all loads of a thread before its stores. Other codecs and shapes take a per-head
+// kernel. All paths give the CPU codec's bytes (tests/gpu/test_checkpoint_codec.cpp).
+// A non-finite value refuses its strip, run or head; other parts of the same state may be
+// written, so a caller must discard the destination slot when the store reports.
 #pragma once
 
 #include <cstdint>

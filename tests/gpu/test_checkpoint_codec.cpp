@@ -210,6 +210,7 @@ const PoolGeometry kTall{1, 2, 256, 64, 8};      // d_v = 256: the store's 16-ro
 const PoolGeometry kK96{1, 2, 128, 96, 8};       // d_k % 64 != 0: 4 columns per thread for fp32
 const PoolGeometry kWideK{1, 2, 64, 256, 8};     // d_k = 256: the load's 64 lanes per row
 const PoolGeometry kK32{1, 2, 64, 32, 8};        // d_k = 32: the load's 8 lanes per row, one run
+const PoolGeometry kOddHead{2, 3, 25, 29, 24};   // head bytes not whole 16-byte units (slot copy)
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, CheckpointCodec,
@@ -238,7 +239,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_copy_fp32_active_qwen", kQwen, "bf16", PoolDtype::fp32},
         Case{"bf16_copy_bf16_active_small", kSmall, "bf16", PoolDtype::bf16},
         Case{"fp32_copy_fp32_active_qwen", kQwen, "fp32", PoolDtype::fp32},
-        Case{"fp32_copy_fp32_active_oddk", kOddK, "fp32", PoolDtype::fp32}),
+        Case{"fp32_copy_fp32_active_oddk", kOddK, "fp32", PoolDtype::fp32},
+        Case{"fp32_copy_fp32_active_small", kSmall, "fp32", PoolDtype::fp32},
+        Case{"fp32_copy_fp32_active_ragged", kRagged, "fp32", PoolDtype::fp32},
+        Case{"fp32_copy_fp32_active_oddhead", kOddHead, "fp32", PoolDtype::fp32},
+        Case{"bf16_copy_bf16_active_oddhead", kOddHead, "bf16", PoolDtype::bf16},
+        Case{"bf16_copy_bf16_active_oddk", kOddK, "bf16", PoolDtype::bf16}),
     case_name);
 
 // E4M3 conversion on the GPU (fp8_raw store) against the CPU encoder on every code's value, every
@@ -488,38 +494,49 @@ TEST(CheckpointCodecByteModel, StoreReadsTheActiveSideAndWritesTheCheckpointSide
 }
 
 // Stores a two-slot pool whose slot 1 holds 0.01 everywhere except `bad` at (layer, head, row,
-// col) and expects the store to refuse it with that position in the message.
-void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, float bad, int layer,
-                          int head, int row, int col) {
+// col) with `codec` and expects the store to refuse it with that position in the message, leaving
+// the offender's checkpoint bytes (prefilled with zeros) unwritten.
+void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, const char* codec,
+                          float bad, int layer, int head, int row, int col) {
   const size_t head_elems = static_cast<size_t>(g.dv) * g.dk;
   std::vector<float> pool(static_cast<size_t>(g.L) * 2 * g.HV * head_elems, 0.01f);
-  pool[((static_cast<size_t>(layer) * 2 + 1) * g.HV + head) * head_elems +
-       static_cast<size_t>(row) * g.dk + col] = bad;
+  const size_t at = ((static_cast<size_t>(layer) * 2 + 1) * g.HV + head) * head_elems +
+                    static_cast<size_t>(row) * g.dk + col;
+  pool[at] = bad;
+  const Codec c = parse_codec(codec);
   Guarded<uint8_t> active(active_bytes_of(pool, active_dtype));
-  Guarded<uint8_t> ckpt(std::vector<uint8_t>(pool.size(), 0)),
+  Guarded<uint8_t> ckpt(std::vector<uint8_t>(pool.size() * c.value_bytes(), 0)),
       scales(std::vector<uint8_t>(g.L * 2 * g.HV * g.dk * 4, 0));
   Guarded<int32_t> one(std::vector<int32_t>{1}), err(std::vector<int32_t>(4, 0));
-  const Codec c = parse_codec("int8_fp32_scale");
   checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, active_dtype,
                    {ckpt.data(), scales.data(), nullptr, 2}, c, one.data(), one.data(), 1,
                    err.data());
   const std::string where = "layer " + std::to_string(layer) + ", head " + std::to_string(head) +
                             ", index [" + std::to_string(row) + ", " + std::to_string(col) + "]";
+  const std::vector<uint8_t> stored = ckpt.download();
+  for (size_t b = 0; b < c.value_bytes(); ++b)
+    EXPECT_EQ(stored[at * c.value_bytes() + b], 0) << codec << ": the offender was written";
   try {
     check_store_error(err.data(), g);
-    FAIL() << "a state holding " << bad << " at " << where << " was stored";
+    FAIL() << codec << ": a state holding " << bad << " at " << where << " was stored";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
   }
 }
 
-// The per-head kernel (d_k = 4), and on the serving shape the strip kernel (fp32 active) and the
-// staged kernel (bf16 active): NaN and +-Inf.
+// The per-head kernel (d_k = 4), and on the serving shape the strip kernel (fp32 active), the
+// staged kernel (bf16 active) and the slot copy (fp32 on fp32, bf16 on bf16; an offender in the
+// middle run of a head, then in the last unit of a head whose last run is partial): NaN and +-Inf.
 TEST_F(GpuTest, StoreRefusesNonFiniteWithPosition) {
-  expect_store_refuses({2, 3, 8, 4, 0}, PoolDtype::fp32, NAN, 1, 2, 3, 1);
-  for (const PoolDtype active : {PoolDtype::fp32, PoolDtype::bf16})
-    for (const float bad : {NAN, INFINITY, -INFINITY})
-      expect_store_refuses({2, 2, 128, 128, 0}, active, bad, 1, 1, 77, 45);
+  expect_store_refuses({2, 3, 8, 4, 0}, PoolDtype::fp32, "int8_fp32_scale", NAN, 1, 2, 3, 1);
+  for (const float bad : {NAN, INFINITY, -INFINITY}) {
+    for (const PoolDtype active : {PoolDtype::fp32, PoolDtype::bf16})
+      expect_store_refuses({2, 2, 128, 128, 0}, active, "int8_fp32_scale", bad, 1, 1, 77, 45);
+    expect_store_refuses({2, 2, 128, 128, 0}, PoolDtype::fp32, "fp32", bad, 1, 1, 77, 45);
+    expect_store_refuses({2, 2, 128, 128, 0}, PoolDtype::bf16, "bf16", bad, 1, 1, 77, 45);
+    expect_store_refuses({3, 3, 60, 36, 0}, PoolDtype::fp32, "fp32", bad, 2, 2, 59, 35);
+    expect_store_refuses({3, 3, 60, 36, 0}, PoolDtype::bf16, "bf16", bad, 2, 1, 59, 34);
+  }
 }
 
 }  // namespace
