@@ -165,15 +165,14 @@ int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& row
       fmt::print(gate ? "\nthresholds (data/thresholds.json):\n"
                       : "\nthresholds (data/thresholds.json; for reference, not a gate: only "
                         "`statecheck suite` exits 1 on a failing row):\n");
-    // Headroom: how much of the limit the value uses (for '<': value/limit, for '>': limit/value).
-    double used = std::nan("");
-    if (r.op[0] == '<' && r.limit != 0.0)
-      used = r.value / r.limit;
-    else if (r.op[0] == '>' && r.value != 0.0)
-      used = r.limit / r.value;
-    const std::string headroom = std::isfinite(used)
-                                     ? fmt::format("{:>5.0f}% of threshold used", 100.0 * used)
-                                     : std::string("(limit or value is 0: no headroom ratio)");
+    // Margin: how far the value lies from the limit, relative to the limit, and on which side
+    // (an upper bound passes below it, a lower bound above it).
+    const std::string headroom =
+        r.limit != 0.0 && std::isfinite(r.value)
+            ? fmt::format("{:>5.0f}% {} the limit",
+                          100.0 * std::fabs(r.value - r.limit) / std::fabs(r.limit),
+                          r.value < r.limit ? "below" : "above")
+            : std::string("(limit is 0 or value not finite: no margin)");
     fmt::print("  {:4} {:<52} {:>12.4g} {:2} {:<10.4g} {}\n", r.pass ? "ok" : "FAIL", r.key,
                r.value, r.op, r.limit, headroom);
     if (!r.pass) {

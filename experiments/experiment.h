@@ -154,7 +154,8 @@ int run_suite(const Options& o);
 Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
                                  const std::string& dir);
 
-// Prints the rows of the thresholds that apply to `summary` with their headroom; returns the
+// Prints the rows of the thresholds that apply to `summary` with their margin (distance from the
+// limit relative to the limit, and on which side: "12% below the limit"); returns the
 // number of failing rows. `gate`: the caller exits 1 on a failing row (suite); otherwise the
 // header says that the table is for reference only (a single experiment, whose protocol may
 // differ from the suite's the limits were set for).

@@ -2,6 +2,7 @@
 // option the experiment does not read must not pass silently), with the option named.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -411,4 +412,36 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
   bf16.temporal_dtype = "bf16";
   EXPECT_TRUE(unread_option_notes("codec", {"temporal-dtype"}).empty());
   EXPECT_FALSE(same_values(run_quick("codec", fp32, dir), run_quick("codec", bf16, dir)));
+}
+
+// The threshold table gives each row's distance from its limit relative to the limit and on which
+// side: an upper bound 0.5 < 1 is 50% below it, a lower bound 2 > 1.6 25% above it, a failing
+// upper bound 1.2 < 1 20% above it (and counted); a zero limit gets no ratio.
+TEST(Thresholds, TableGivesTheMarginAndItsSide) {
+  Summary summary;
+  summary.set("a", 0.5), summary.set("b", 2.0), summary.set("c", 1.2), summary.set("d", 0.0);
+  std::vector<ThresholdRow> rows(4);
+  rows[0].key = "a", rows[0].op = "<", rows[0].limit = 1.0, rows[0].reason = "ra";
+  rows[1].key = "b", rows[1].op = ">", rows[1].limit = 1.6, rows[1].reason = "rb";
+  rows[2].key = "c", rows[2].op = "<", rows[2].limit = 1.0, rows[2].reason = "rc";
+  rows[3].key = "d", rows[3].op = "<=", rows[3].limit = 0.0, rows[3].reason = "rd";
+  ::testing::internal::CaptureStdout();
+  const int failures = print_threshold_table(summary, rows, /*gate=*/true);
+  std::fflush(stdout);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(failures, 1);
+  auto line_of = [&](const std::string& key) {
+    for (size_t at = 0; (at = out.find("\n", at)) != std::string::npos; ++at) {
+      const size_t end = out.find('\n', at + 1);
+      const std::string line = out.substr(at + 1, end - at - 1);
+      if (line.find(" " + key + " ") != std::string::npos) return line;
+    }
+    return std::string();
+  };
+  EXPECT_NE(line_of("a").find("50% below the limit"), std::string::npos) << out;
+  EXPECT_NE(line_of("b").find("25% above the limit"), std::string::npos) << out;
+  EXPECT_NE(line_of("c").find("20% above the limit"), std::string::npos) << out;
+  EXPECT_EQ(line_of("c").rfind("  FAIL", 0), 0u) << out;
+  EXPECT_NE(line_of("d").find("no margin"), std::string::npos) << out;
+  EXPECT_NE(out.find("reason for the limit: rc"), std::string::npos) << out;
 }
