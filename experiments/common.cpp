@@ -102,14 +102,19 @@ std::vector<std::string> unread_option_notes(const std::string& experiment,
   // (options_budget_inputs), the state dtypes (options_dtypes) and, those that run the engine,
   // the cache and engine configs (options_cache_config, options_engine_config). codec, chain and
   // bench take their scale dtype from --scale-dtype or, without it, --temporal-dtype
-  // (scale_dtype_or_default); kl runs its own codec list. Options every experiment reads
-  // (--model, --tp, --seed, --threads, --quick, --out, --summary, --device) are not listed.
+  // (scale_dtype_or_default); kl runs its own codec list. --seed draws the synthetic drives and
+  // workloads (every result file records it all the same), --threads the CPU workers of codec,
+  // chain and kl; memory has no quick protocol. Options every experiment reads (--model, --tp,
+  // --out, --summary, --device) are not listed.
   const std::vector<std::string> dtypes = {"codec",    "chain",     "bench", "memory",
                                            "capacity", "firecount", "replay"};
   const std::vector<std::string> budget = {"memory", "capacity", "firecount", "replay"};
   const std::vector<std::string> engine = {"capacity", "firecount", "replay"};
   const char* replay_pools = "replay sizes its pools from the memory budget, at equal memory";
   const Readers table[] = {
+      {"seed", {"codec", "chain", "bench", "capacity", "firecount"}},
+      {"threads", {"codec", "chain", "kl"}},
+      {"quick", {"codec", "chain", "bench", "capacity", "firecount", "replay", "kl"}},
       {"drive", {"codec", "chain"}},
       {"states", {"codec", "chain"}},
       {"prefill", {"codec"}},

@@ -313,6 +313,15 @@ TEST(Options, UnreadOptionNotesNameEveryReader) {
             std::vector<std::string>{"--scale-dtype is not read by kl (it is read by codec, chain, "
                                      "bench, memory, capacity, firecount and replay)"});
   EXPECT_TRUE(unread_option_notes("suite", {"trace", "strategy", "active-slots"}).empty());
+  EXPECT_EQ(unread_option_notes("memory", {"seed", "threads", "quick"}),
+            (std::vector<std::string>{
+                "--seed is not read by memory (it is read by codec, chain, bench, capacity and "
+                "firecount)",
+                "--threads is not read by memory (it is read by codec, chain and kl)",
+                "--quick is not read by memory (it is read by codec, chain, bench, capacity, "
+                "firecount, replay and kl)"}));
+  EXPECT_TRUE(unread_option_notes("kl", {"threads", "quick"}).empty());
+  EXPECT_EQ(unread_option_notes("kl", {"seed"}).size(), 1u);
 }
 
 namespace {
@@ -353,9 +362,10 @@ bool same_values(const Summary& a, const Summary& b) {
 // What the notes claim, measured: an option noted as unread leaves the experiment's summary as it
 // was (timings aside), and the pool sizes and budget options that memory reads change its
 // summary (firecount reads them too, but its quick workload never fills the pools they size).
-// Run on the quick protocols of memory (every cache option with a second valid value), firecount
-// (the options noted for it), replay without payloads (the pool sizes it sets itself) and a short
-// codec protocol (--temporal-dtype); kl's notes are checked by text above (it reads no dtype).
+// Run on the quick protocols of memory (every cache option with a second valid value, --seed and
+// --threads), firecount (the options noted for it), replay without payloads (the pool sizes it
+// sets itself, --seed and --threads) and a short codec protocol (--temporal-dtype); kl's notes are
+// checked by text above (it reads no dtype).
 TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
   const test_support::TempDir dir("unread_options");
   struct Change {
@@ -375,6 +385,8 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
       {"track-interval", [](Options& o) { o.track_interval = 128; }, false},
       {"chunked-prefill", [](Options& o) { o.chunked_prefill = 4096; }, false},
       {"max-running", [](Options& o) { o.max_running = 8; }, false},
+      {"seed", [](Options& o) { o.seed = 7; }, false},
+      {"threads", [](Options& o) { o.threads = 1; }, false},
   };
   for (const std::string experiment : {"memory", "firecount"}) {
     const Summary base = run_quick(experiment, Options{}, dir);
@@ -397,7 +409,7 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
   Options bookkeeping;  // replay's pools and hits without the state payloads: 4x faster
   bookkeeping.no_payload = true;
   const Summary base = run_quick("replay", bookkeeping, dir);
-  for (const auto& c : {changes[0], changes[1]}) {
+  for (const auto& c : {changes[0], changes[1], changes[11], changes[12]}) {
     SCOPED_TRACE(std::string("replay --") + c.option);
     Options o = bookkeeping;
     c.set(o);
