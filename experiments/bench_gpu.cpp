@@ -149,15 +149,15 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
   for (PoolDtype adt : {PoolDtype::fp32, PoolDtype::bf16}) {
     DevicePool active = make_pool(g, slots, pool_dtype_bytes(adt), 0);
     fill_pool(active.temporal.data(), static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots,
-              slots, adt, 11);
+              slots, adt, mix_seed(o.seed, 11));
     const std::string sd = adt == PoolDtype::fp32 ? "fp32" : "bf16";
     for (const std::string codec_name : {"int8", "fp8_e4m3", "copy"}) {
       const Codec c =
           codec_name == "copy" ? parse_codec(sd) : parse_codec(codec_name, parse_scale_dtype(sd));
       DevicePool ckpt = make_pool(g, slots, c.value_bytes(), c.scale_bytes());
       for (int n : ns) {
-        const std::vector<int32_t> src = distinct_slots(n, slots, 100 + n),
-                                   dst = distinct_slots(n, slots, 200 + n);
+        const std::vector<int32_t> src = distinct_slots(n, slots, mix_seed(o.seed, 100 + n)),
+                                   dst = distinct_slots(n, slots, mix_seed(o.seed, 200 + n));
         DeviceBuffer<int32_t> d_src = to_device(src), d_dst = to_device(dst);
         checkpoint_store(g, active.view(), adt, ckpt.view(), c, d_src.data(), d_dst.data(), n);
         STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
@@ -184,7 +184,7 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
         rows.push_back(store);
         // Load into different active slots (copy-on-write); validated against decode of the stored
         // bytes.
-        const std::vector<int32_t> back = distinct_slots(n, slots, 300 + n);
+        const std::vector<int32_t> back = distinct_slots(n, slots, mix_seed(o.seed, 300 + n));
         DeviceBuffer<int32_t> d_back = to_device(back);
         Row load{"load_" + base};
         load.set_times(timer.time(
@@ -199,7 +199,8 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
         rows.push_back(load);
         // Restore the active pool's random contents for the next store (load overwrote slots).
         fill_pool(active.temporal.data(),
-                  static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots, slots, adt, 11);
+                  static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots, slots, adt,
+                  mix_seed(o.seed, 11));
       }
     }
   }
@@ -231,7 +232,7 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           hb.state_dtype = dt;
           const int64_t slots = B + 1;
           const size_t slot_elems = static_cast<size_t>(sh.HV) * dv * dk;
-          Rng rng(7);
+          Rng rng(mix_seed(o.seed, 7));
           std::vector<float> pool(slots * slot_elems);
           for (auto& x : pool) x = static_cast<float>(0.06 * rng.normal());
           if (dt == PoolDtype::fp32)
@@ -241,14 +242,14 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
             for (size_t e = 0; e < pool.size(); ++e)
               hb.pool_bf16[e] = bf16_bits_from_float(pool[e]);
           }
-          hb.slot_ids = distinct_slots(B, slots, 5);
+          hb.slot_ids = distinct_slots(B, slots, mix_seed(o.seed, 5));
           hb.cu_seqlens.resize(B + 1);
           for (int b = 0; b <= B; ++b) hb.cu_seqlens[b] = b * T;
           RecurrenceShape rs;
           rs.H = sh.H, rs.HV = sh.HV, rs.dk = dk, rs.dv = dv, rs.gate = sh.gate;
           const LayerInputs in =
               synthetic_inputs(sh.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda,
-                               rs, 3, 0, B * T);
+                               rs, mix_seed(o.seed, 3), 0, B * T);
           auto bits = [](const std::vector<float>& a) {
             std::vector<uint16_t> r(a.size());
             for (size_t i = 0; i < a.size(); ++i) r[i] = bf16_bits_from_float(a[i]);

@@ -171,13 +171,16 @@ int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& row
                       : "\nthresholds (data/thresholds.json; for reference, not a gate: only "
                         "`statecheck suite` exits 1 on a failing row):\n");
     // Margin: how far the value lies from the limit, relative to the limit, and on which side
-    // (an upper bound passes below it, a lower bound above it).
-    const std::string headroom =
-        r.limit != 0.0 && std::isfinite(r.value)
-            ? fmt::format("{:>5.0f}% {} the limit",
-                          100.0 * std::fabs(r.value - r.limit) / std::fabs(r.limit),
-                          r.value < r.limit ? "below" : "above")
-            : std::string("(limit is 0 or value not finite: no margin)");
+    // (an upper bound passes below it, a lower bound above it); under 1% with two digits, so
+    // that a row failing by a hair does not read "0%".
+    std::string headroom = "(limit is 0 or value not finite: no margin)";
+    if (r.limit != 0.0 && std::isfinite(r.value)) {
+      const double pct = 100.0 * std::fabs(r.value - r.limit) / std::fabs(r.limit);
+      const char* side = r.value < r.limit ? "below" : "above";
+      headroom = r.value == r.limit ? std::string("at the limit")
+                 : pct >= 1.0       ? fmt::format("{:>5.0f}% {} the limit", pct, side)
+                                    : fmt::format("{:>5.2g}% {} the limit", pct, side);
+    }
     fmt::print("  {:4} {:<52} {:>12.4g} {:2} {:<10.4g} {}\n", r.pass ? "ok" : "FAIL", r.key,
                r.value, r.op, r.limit, headroom);
     if (!r.pass) {

@@ -428,20 +428,25 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
 
 // The threshold table gives each row's distance from its limit relative to the limit and on which
 // side: an upper bound 0.5 < 1 is 50% below it, a lower bound 2 > 1.6 25% above it, a failing
-// upper bound 1.2 < 1 20% above it (and counted); a zero limit gets no ratio.
+// upper bound 1.2 < 1 20% above it (and counted), 1.001 < 1 0.1% above it, a negative upper
+// bound -3 < -2 50% below it, a value at its limit "at the limit"; a zero limit gets no ratio.
 TEST(Thresholds, TableGivesTheMarginAndItsSide) {
   Summary summary;
   summary.set("a", 0.5), summary.set("b", 2.0), summary.set("c", 1.2), summary.set("d", 0.0);
-  std::vector<ThresholdRow> rows(4);
+  summary.set("e", 1.001), summary.set("f", -3.0), summary.set("g", 2.5);
+  std::vector<ThresholdRow> rows(7);
   rows[0].key = "a", rows[0].op = "<", rows[0].limit = 1.0, rows[0].reason = "ra";
   rows[1].key = "b", rows[1].op = ">", rows[1].limit = 1.6, rows[1].reason = "rb";
   rows[2].key = "c", rows[2].op = "<", rows[2].limit = 1.0, rows[2].reason = "rc";
   rows[3].key = "d", rows[3].op = "<=", rows[3].limit = 0.0, rows[3].reason = "rd";
+  rows[4].key = "e", rows[4].op = "<", rows[4].limit = 1.0, rows[4].reason = "re";
+  rows[5].key = "f", rows[5].op = "<", rows[5].limit = -2.0, rows[5].reason = "rf";
+  rows[6].key = "g", rows[6].op = "<=", rows[6].limit = 2.5, rows[6].reason = "rg";
   ::testing::internal::CaptureStdout();
   const int failures = print_threshold_table(summary, rows, /*gate=*/true);
   std::fflush(stdout);
   const std::string out = ::testing::internal::GetCapturedStdout();
-  EXPECT_EQ(failures, 1);
+  EXPECT_EQ(failures, 2);
   auto line_of = [&](const std::string& key) {
     for (size_t at = 0; (at = out.find("\n", at)) != std::string::npos; ++at) {
       const size_t end = out.find('\n', at + 1);
@@ -455,5 +460,9 @@ TEST(Thresholds, TableGivesTheMarginAndItsSide) {
   EXPECT_NE(line_of("c").find("20% above the limit"), std::string::npos) << out;
   EXPECT_EQ(line_of("c").rfind("  FAIL", 0), 0u) << out;
   EXPECT_NE(line_of("d").find("no margin"), std::string::npos) << out;
+  EXPECT_NE(line_of("e").find("0.1% above the limit"), std::string::npos) << out;
+  EXPECT_NE(line_of("f").find("50% below the limit"), std::string::npos) << out;
+  EXPECT_NE(line_of("g").find("at the limit"), std::string::npos) << out;
+  EXPECT_EQ(line_of("g").rfind("  ok", 0), 0u) << out;
   EXPECT_NE(out.find("reason for the limit: rc"), std::string::npos) << out;
 }

@@ -202,15 +202,17 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
   EXPECT_TRUE(d_aconv.guard_intact());
 }
 
-const PoolGeometry kSmall{3, 3, 60, 36, 17};     // d_v = 60, odd conv length (unaligned copies)
-const PoolGeometry kOddK{2, 2, 50, 30, 24};      // d_k not a multiple of 4: scalar path
-const PoolGeometry kQwen{2, 8, 128, 128, 6144};  // two layers of the Qwen3.5 TP-4 shard
-const PoolGeometry kRagged{2, 3, 100, 64, 40};   // fast paths with d_v not a multiple of rows
-const PoolGeometry kTall{1, 2, 256, 64, 8};      // d_v = 256: the store's 16-row-per-thread path
-const PoolGeometry kK96{1, 2, 128, 96, 8};       // d_k % 64 != 0: 4 columns per thread for fp32
-const PoolGeometry kWideK{1, 2, 64, 256, 8};     // d_k = 256: the load's 64 lanes per row
-const PoolGeometry kK32{1, 2, 64, 32, 8};        // d_k = 32: the load's 8 lanes per row, one run
-const PoolGeometry kOddHead{2, 3, 25, 29, 24};   // head bytes not whole 16-byte units (slot copy)
+const PoolGeometry kSmall{3, 3, 60, 36, 17};  // d_v = 60, odd conv length (unaligned copies)
+const PoolGeometry kOddK{2, 2, 50, 30, 24};  // d_k not a multiple of 4: scalar path (not fp32 copy)
+const PoolGeometry kQwen{2, 8, 128, 128, 6144};   // two layers of the Qwen3.5 TP-4 shard
+const PoolGeometry kRagged{2, 3, 100, 64, 40};    // fast paths with d_v not a multiple of rows
+const PoolGeometry kTall{1, 2, 256, 64, 8};       // d_v = 256: the store's 16-row-per-thread path
+const PoolGeometry kK96{1, 2, 128, 96, 8};        // d_k % 64 != 0: 4 columns per thread for fp32
+const PoolGeometry kWideK{1, 2, 64, 256, 8};      // d_k = 256: the load's 64 lanes per row
+const PoolGeometry kK32{1, 2, 64, 32, 8};         // d_k = 32: the load's 8 lanes per row, one run
+const PoolGeometry kOddHead{2, 3, 25, 29, 24};    // head bytes not whole 16-byte units (slot copy)
+const PoolGeometry kOddHead12{2, 3, 25, 12, 24};  // bf16 copy fallback, 4-wide store, per-head load
+const PoolGeometry kOddHead4{2, 3, 25, 4, 24};    // bf16 copy fallback, 4-wide store, row load
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, CheckpointCodec,
@@ -244,7 +246,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"fp32_copy_fp32_active_ragged", kRagged, "fp32", PoolDtype::fp32},
         Case{"fp32_copy_fp32_active_oddhead", kOddHead, "fp32", PoolDtype::fp32},
         Case{"bf16_copy_bf16_active_oddhead", kOddHead, "bf16", PoolDtype::bf16},
-        Case{"bf16_copy_bf16_active_oddk", kOddK, "bf16", PoolDtype::bf16}),
+        Case{"bf16_copy_bf16_active_oddk", kOddK, "bf16", PoolDtype::bf16},
+        Case{"bf16_copy_bf16_active_oddhead12", kOddHead12, "bf16", PoolDtype::bf16},
+        Case{"bf16_copy_bf16_active_oddhead4", kOddHead4, "bf16", PoolDtype::bf16}),
     case_name);
 
 // E4M3 conversion on the GPU (fp8_raw store) against the CPU encoder on every code's value, every
@@ -516,6 +520,22 @@ void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, const c
   const std::vector<uint8_t> stored = ckpt.download();
   for (size_t b = 0; b < c.value_bytes(); ++b)
     EXPECT_EQ(stored[at * c.value_bytes() + b], 0) << codec << ": the offender was written";
+  // A slot copy refuses the offender's whole run (8 KiB of its head, the last one partial) and
+  // writes the head's other runs.
+  if ((c.kind == CodecKind::fp32 && active_dtype == PoolDtype::fp32) ||
+      (c.kind == CodecKind::bf16 && active_dtype == PoolDtype::bf16)) {
+    constexpr size_t kRun = 8192;
+    const size_t head_bytes = head_elems * c.value_bytes();
+    const size_t head_at = (at - at % head_elems) * c.value_bytes();
+    const size_t run = (at % head_elems) * c.value_bytes() / kRun;
+    for (size_t r = 0; r * kRun < head_bytes; ++r) {
+      const size_t end = std::min(head_bytes, (r + 1) * kRun);
+      const bool all_zero =
+          std::all_of(stored.begin() + head_at + r * kRun, stored.begin() + head_at + end,
+                      [](uint8_t x) { return x == 0; });
+      EXPECT_EQ(all_zero, r == run) << codec << ": run " << r << " of the offender's head";
+    }
+  }
   try {
     check_store_error(err.data(), g);
     FAIL() << codec << ": a state holding " << bad << " at " << where << " was stored";
