@@ -277,6 +277,11 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     }
     const double n32 = relerr[5], n128 = relerr[7];
     summary.set(key + "saturation_ratio", n32 > 0 ? n128 / n32 : NAN);
+    if (!(n32 > 0))  // the ratios below are NaN: say why rather than leave a bare nan
+      fmt::print(
+          "chain: {}saturation_ratio is undefined (relerr at n = 32 is {}: the codec round trip "
+          "left the chained state unchanged)\n",
+          key, n32);
     file.write(vg + "/n", n_values, {ns.size()}, "checkpoints", "number of chained checkpoints n");
     file.write(vg + "/relerr", relerr, {ns.size()}, "1",
                "||S_chained - S_ref||_F / ||S_ref||_F at T, after the n-th checkpoint, per n");
