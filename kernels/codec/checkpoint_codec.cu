@@ -840,8 +840,8 @@ __global__ void __launch_bounds__(kFastThreads) load_rows_kernel(CodecParams p, 
 // kernels do. Requires d_v * d_k * sizeof(ElemT) % 16 == 0; the pools' 16-byte alignment is checked
 // by the host.
 // Two units per thread, 8 KiB per block. One or four units, a per-head loop that loads run r + 1
-// before storing run r, and a bulk copy through shared memory were no faster on an H200
-// (results/gpu/2026-11-30_nvidia-h200_run12).
+// before storing run r, a bulk copy through shared memory, and 6 blocks per SM instead of 8 were
+// no faster on an H200 (results/gpu/2026-11-30_nvidia-h200_run12).
 constexpr int kCopyThreads = 256;
 constexpr int kCopyUnits = 2;  // 16-byte units per thread
 
