@@ -148,8 +148,13 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
   const int64_t slots = 65;
   for (PoolDtype adt : {PoolDtype::fp32, PoolDtype::bf16}) {
     DevicePool active = make_pool(g, slots, pool_dtype_bytes(adt), 0);
-    fill_pool(active.temporal.data(), static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots,
-              slots, adt, mix_seed(o.seed, 11));
+    // The active pool's random contents, filled again after each load overwrote some slots.
+    auto fill_active = [&] {
+      fill_pool(active.temporal.data(),
+                static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots, slots, adt,
+                mix_seed(o.seed, 11));
+    };
+    fill_active();
     const std::string sd = adt == PoolDtype::fp32 ? "fp32" : "bf16";
     for (const std::string codec_name : {"int8", "fp8_e4m3", "copy"}) {
       const Codec c =
@@ -197,10 +202,7 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
         load.read_bytes = checkpoint_load_read_bytes(g, adt, c, n);
         load.write_bytes = load.bytes - load.read_bytes;
         rows.push_back(load);
-        // Restore the active pool's random contents for the next store (load overwrote slots).
-        fill_pool(active.temporal.data(),
-                  static_cast<size_t>(g.L) * slots * g.HV * g.dv * g.dk / slots, slots, adt,
-                  mix_seed(o.seed, 11));
+        fill_active();  // for the next store
       }
     }
   }

@@ -89,68 +89,88 @@ void check_drive_option(const Options& o, const ModelConfig& m) {
   if (!o.drive.empty()) check_drive_matches_model(parse_drive(o.drive, o.states), m);
 }
 
+namespace {
+
+// The experiments that read an option and, among those that do not, the ones that set it
+// themselves (and how).
+struct OptionReaders {
+  const char* option;
+  std::vector<std::string> experiments;
+  std::vector<std::string> set_itself = {};
+  const char* how = "";
+};
+
+// Who reads what: codec and chain take the drive; the cache experiments read the memory budget
+// (options_budget_inputs), the state dtypes (options_dtypes) and, those that run the engine,
+// the cache and engine configs (options_cache_config, options_engine_config). codec, chain and
+// bench take their scale dtype from --scale-dtype or, without it, --temporal-dtype
+// (scale_dtype_or_default); kl runs its own codec list. --seed draws the synthetic drives and
+// workloads (every result file records it all the same), --threads the CPU workers of codec,
+// chain and kl; memory has no quick protocol. Options every experiment reads (--model, --tp,
+// --out, --summary, --device) are not listed.
+const std::vector<OptionReaders>& option_readers() {
+  static const std::vector<OptionReaders> table = [] {
+    const std::vector<std::string> dtypes = {"codec",    "chain",     "bench", "memory",
+                                             "capacity", "firecount", "replay"};
+    const std::vector<std::string> budget = {"memory", "capacity", "firecount", "replay"};
+    const std::vector<std::string> engine = {"capacity", "firecount", "replay"};
+    const char* replay_pools = "replay sizes its pools from the memory budget, at equal memory";
+    return std::vector<OptionReaders>{
+        {"seed", {"codec", "chain", "bench", "capacity", "firecount"}},
+        {"threads", {"codec", "chain", "kl"}},
+        {"quick", {"codec", "chain", "bench", "capacity", "firecount", "replay", "kl"}},
+        {"drive", {"codec", "chain"}},
+        {"states", {"codec", "chain"}},
+        {"prefill", {"codec"}},
+        {"decode", {"codec"}},
+        {"codec", {"chain"}},
+        {"chain-tokens", {"chain"}},
+        {"chain-layers", {"chain"}},
+        {"trace", {"replay"}},
+        {"trace-bad-lines", {"replay"}},
+        {"active-slots", {"memory", "capacity", "firecount"}, {"replay"}, replay_pools},
+        {"ckpt-slots", {"memory", "capacity", "firecount"}, {"replay"}, replay_pools},
+        {"strategy",
+         {"capacity", "replay"},
+         {"firecount"},
+         "firecount runs both no_buffer and extra_buffer"},
+        {"temporal-dtype", dtypes},
+        {"scale-dtype", dtypes},
+        {"conv-dtype", budget},
+        {"gpu-mem-gib", budget},
+        {"mem-fraction", budget},
+        {"weights-gib", budget},
+        {"no-payload", engine},
+        {"chunk-granularity", engine},
+        {"track-interval", engine},
+        {"chunked-prefill", engine},
+        {"max-running", engine}};
+  }();
+  return table;
+}
+
+bool contains(const std::vector<std::string>& list, const std::string& x) {
+  return std::find(list.begin(), list.end(), x) != list.end();
+}
+
+}  // namespace
+
+bool experiment_reads_option(const std::string& experiment, const std::string& option) {
+  if (experiment == "suite") return true;  // passes every option on to its experiments
+  for (const auto& r : option_readers())
+    if (r.option == option) return contains(r.experiments, experiment);
+  return true;  // not in the table: every experiment reads it
+}
+
 std::vector<std::string> unread_option_notes(const std::string& experiment,
                                              const std::vector<std::string>& given) {
-  if (experiment == "suite") return {};
-  struct Readers {
-    const char* option;
-    std::vector<std::string> experiments;
-    std::vector<std::string> set_itself = {};  // experiments that set the option themselves
-    const char* how = "";                      // and how
-  };
-  // Who reads what: codec and chain take the drive; the cache experiments read the memory budget
-  // (options_budget_inputs), the state dtypes (options_dtypes) and, those that run the engine,
-  // the cache and engine configs (options_cache_config, options_engine_config). codec, chain and
-  // bench take their scale dtype from --scale-dtype or, without it, --temporal-dtype
-  // (scale_dtype_or_default); kl runs its own codec list. --seed draws the synthetic drives and
-  // workloads (every result file records it all the same), --threads the CPU workers of codec,
-  // chain and kl; memory has no quick protocol. Options every experiment reads (--model, --tp,
-  // --out, --summary, --device) are not listed.
-  const std::vector<std::string> dtypes = {"codec",    "chain",     "bench", "memory",
-                                           "capacity", "firecount", "replay"};
-  const std::vector<std::string> budget = {"memory", "capacity", "firecount", "replay"};
-  const std::vector<std::string> engine = {"capacity", "firecount", "replay"};
-  const char* replay_pools = "replay sizes its pools from the memory budget, at equal memory";
-  const Readers table[] = {
-      {"seed", {"codec", "chain", "bench", "capacity", "firecount"}},
-      {"threads", {"codec", "chain", "kl"}},
-      {"quick", {"codec", "chain", "bench", "capacity", "firecount", "replay", "kl"}},
-      {"drive", {"codec", "chain"}},
-      {"states", {"codec", "chain"}},
-      {"prefill", {"codec"}},
-      {"decode", {"codec"}},
-      {"codec", {"chain"}},
-      {"chain-tokens", {"chain"}},
-      {"chain-layers", {"chain"}},
-      {"trace", {"replay"}},
-      {"trace-bad-lines", {"replay"}},
-      {"active-slots", {"memory", "capacity", "firecount"}, {"replay"}, replay_pools},
-      {"ckpt-slots", {"memory", "capacity", "firecount"}, {"replay"}, replay_pools},
-      {"strategy",
-       {"capacity", "replay"},
-       {"firecount"},
-       "firecount runs both no_buffer and extra_buffer"},
-      {"temporal-dtype", dtypes},
-      {"scale-dtype", dtypes},
-      {"conv-dtype", budget},
-      {"gpu-mem-gib", budget},
-      {"mem-fraction", budget},
-      {"weights-gib", budget},
-      {"no-payload", engine},
-      {"chunk-granularity", engine},
-      {"track-interval", engine},
-      {"chunked-prefill", engine},
-      {"max-running", engine}};
   std::vector<std::string> notes;
-  for (const auto& r : table) {
-    if (std::find(given.begin(), given.end(), r.option) == given.end()) continue;
-    if (std::find(r.experiments.begin(), r.experiments.end(), experiment) != r.experiments.end())
-      continue;
+  for (const auto& r : option_readers()) {
+    if (!contains(given, r.option) || experiment_reads_option(experiment, r.option)) continue;
     std::string readers;
     for (size_t i = 0; i < r.experiments.size(); ++i)
       readers += (i == 0 ? "" : i + 1 == r.experiments.size() ? " and " : ", ") + r.experiments[i];
-    const bool sets_it =
-        std::find(r.set_itself.begin(), r.set_itself.end(), experiment) != r.set_itself.end();
+    const bool sets_it = contains(r.set_itself, experiment);
     notes.push_back(fmt::format("--{} is not read by {} ({}it is read by {})", r.option, experiment,
                                 sets_it ? std::string(r.how) + "; " : std::string(), readers));
   }

@@ -113,6 +113,11 @@ void validate_options(const Options& o);
 std::vector<std::string> unread_option_notes(const std::string& experiment,
                                              const std::vector<std::string>& given);
 
+// Whether `experiment` reads the option `option` (long name, without "--"), by the table behind
+// unread_option_notes: options outside it are read by every experiment, and `suite` passes every
+// option on.
+bool experiment_reads_option(const std::string& experiment, const std::string& option);
+
 // With --device cuda: fails unless the experiment has a CUDA path and a usable GPU is present
 // (checked before any CPU work). The suite runs the experiments without one on the CPU.
 void require_cuda_if_asked(const Options& o, const ExperimentEntry& e);

@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
     // tiny model's config (data/tinylm/config.json), which is also a statecheck model config; only
     // for the experiments that read --drive (and suite, which refuses the drive with its reason).
     if (o.drive == "tinylm" && vm["model"].defaulted() &&
-        (o.experiment == "codec" || o.experiment == "chain" || o.experiment == "suite"))
+        statecheck::experiment_reads_option(o.experiment, "drive"))
       o.model = statecheck::default_tinylm_config_path();
     return statecheck::run_experiment(o);
   } catch (const po::error& e) {

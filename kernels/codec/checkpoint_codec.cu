@@ -503,7 +503,7 @@ __device__ __forceinline__ void load_cols(const ActiveT* p, float* v) {
   for (int c = 0; c < COLS; c += 4) load_vec<4>(p + c, v + c);
 }
 
-// The refusal of a strip or head holding a non-finite value, by the whole block: each thread
+// The refusal of a strip, run or head holding a non-finite value, by the whole block: each thread
 // gives the index (i * d_k + j) of its first offender or -1; the largest lands in `worst` (block
 // shared) and, once per launch, in p.error_info with the layer and head (check_store_error).
 __device__ void report_non_finite(const CodecParams& p, int layer, int head, int first,
@@ -892,13 +892,7 @@ __global__ void __launch_bounds__(kCopyThreads) slot_copy_kernel(CodecParams p, 
     }
     if (threadIdx.x == 0) bad = -1;
     if (__syncthreads_or(first_bad >= 0)) {  // rare: the whole block takes this branch
-      if (first_bad >= 0) atomicMax(&bad, first_bad);
-      __syncthreads();
-      if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-        p.error_info[1] = job.layer;
-        p.error_info[2] = h;
-        p.error_info[3] = bad;
-      }
+      report_non_finite(p, job.layer, h, first_bad, bad);
       return;  // refuse: nothing is written for this run
     }
   }
