@@ -12,6 +12,7 @@
 
 #include "core/drive/drive.h"
 #include "core/recurrence/gated_delta.h"
+#include "core/util/error.h"
 
 using namespace statecheck;
 
@@ -141,4 +142,19 @@ TEST(Drive, InitGdnRangesAndMoments) {
     EXPECT_GE(ratio, softplus(-2.25 + 1) / softplus(-2.25 - 1) * std::exp(-2 * d_q));
     EXPECT_LE(ratio, std::exp(2.0) * std::exp(2 * d_q));
   }
+}
+
+// beta_to_float: the fp32 rounding of a draw, except the draws that round onto the ends of [0, 1],
+// which land on the nearest fp32 values inside (0, 1); the values are hand-computed.
+TEST(Drive, BetaStaysInsideTheOpenUnitInterval) {
+  EXPECT_EQ(beta_to_float(0.5), 0.5f);
+  EXPECT_EQ(beta_to_float(0.1), 0.1f);
+  EXPECT_EQ(beta_to_float(1.0 - 0x1p-24), 0x1.fffffep-1f);  // exactly representable: kept
+  EXPECT_EQ(beta_to_float(1.0 - 0x1p-30), 0x1.fffffep-1f);  // would round to 1.0f
+  EXPECT_EQ(beta_to_float(1.0), 0x1.fffffep-1f);
+  EXPECT_EQ(beta_to_float(0x1p-20), 0x1p-20f);  // small but above the floor: kept
+  EXPECT_EQ(beta_to_float(0x1p-30), 0x1p-24f);
+  EXPECT_EQ(beta_to_float(0.0), 0x1p-24f);
+  for (double bad : {-1e-9, 1.0 + 1e-9, std::nan("")})
+    EXPECT_THROW(beta_to_float(bad), Error) << bad;
 }

@@ -1,5 +1,6 @@
 #include "core/drive/drive.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/dtype/bf16.h"
@@ -98,6 +99,11 @@ void fill_normal_bf16(Rng& rng, std::vector<float>& a, double stddev) {
 
 }  // namespace
 
+float beta_to_float(double beta) {
+  if (!(beta >= 0.0 && beta <= 1.0)) fail("beta_to_float: beta {} is not in [0, 1]", beta);
+  return std::clamp(static_cast<float>(beta), 0x1p-24f, 0x1.fffffep-1f);
+}
+
 LayerInputs synthetic_inputs(DriveKind kind, const RecurrenceShape& s, uint64_t seed, int layer,
                              int T) {
   const bool kda_gate = s.gate == GateKind::kda;
@@ -118,7 +124,7 @@ LayerInputs synthetic_inputs(DriveKind kind, const RecurrenceShape& s, uint64_t 
     fill_normal_bf16(rq, in.q, 0.5);
     fill_normal_bf16(rk, in.k, 0.5);
     fill_normal_bf16(rv, in.v, 0.5);
-    for (auto& b : in.beta) b = static_cast<float>(rb.uniform());
+    for (auto& b : in.beta) b = beta_to_float(rb.uniform());
     for (auto& g : in.g) g = static_cast<float>(-rg.uniform(0.0, 0.1) - 0.005);
     return in;
   }
@@ -126,7 +132,7 @@ LayerInputs synthetic_inputs(DriveKind kind, const RecurrenceShape& s, uint64_t 
   fill_normal_bf16(rq, in.q, 1.0);
   fill_normal_bf16(rk, in.k, 1.0);
   fill_normal_bf16(rv, in.v, 1.0);
-  for (auto& b : in.beta) b = static_cast<float>(sigmoid(rb.normal()));
+  for (auto& b : in.beta) b = beta_to_float(sigmoid(rb.normal()));
   // Layer parameters at initialisation (Mamba2 / GDN convention).
   const int gate_params = kda_gate ? s.HV * s.dk : s.HV;
   std::vector<double> A(s.HV), dt_bias(gate_params);

@@ -47,6 +47,12 @@ DriveSpec default_drive(const ModelConfig& m);
 // on a GDN model or the reverse).
 void check_drive_matches_model(const DriveSpec& d, const ModelConfig& m);
 
+// A drawn beta (U(0, 1) or a sigmoid, in double) rounded to fp32 and kept inside the open interval
+// the delta rule assumes (spec numerics.md section 1: beta in (0, 1)): a draw within 2^-25 of 1
+// would round to 1.0f, and the smallest draws to 0, so results are clamped to [2^-24, 1 - 2^-24].
+// Throws statecheck::Error for a value outside [0, 1] or NaN.
+float beta_to_float(double beta);
+
 // Synthetic inputs of one layer for T tokens (see the table above). Throws for non-synthetic
 // kinds or a gate-kind mismatch with `shape`.
 LayerInputs synthetic_inputs(DriveKind kind, const RecurrenceShape& shape, uint64_t seed, int layer,
