@@ -144,12 +144,13 @@ TEST(Drive, InitGdnRangesAndMoments) {
   }
 }
 
-// beta_to_float: the fp32 rounding of a draw, except the draws that round onto the ends of [0, 1],
-// which land on the nearest fp32 values inside (0, 1); the values are hand-computed.
+// beta_to_float: the fp32 rounding of a draw inside [2^-24, 1 - 2^-24]; a draw that rounds to 1.0f
+// (from the tie 1 - 2^-25 up) lands on 1 - 2^-24, one below 2^-24 on 2^-24. Hand-computed values.
 TEST(Drive, BetaStaysInsideTheOpenUnitInterval) {
   EXPECT_EQ(beta_to_float(0.5), 0.5f);
   EXPECT_EQ(beta_to_float(0.1), 0.1f);
   EXPECT_EQ(beta_to_float(1.0 - 0x1p-24), 0x1.fffffep-1f);  // exactly representable: kept
+  EXPECT_EQ(beta_to_float(1.0 - 0x1p-25), 0x1.fffffep-1f);  // the tie: rounds to even, 1.0f
   EXPECT_EQ(beta_to_float(1.0 - 0x1p-30), 0x1.fffffep-1f);  // would round to 1.0f
   EXPECT_EQ(beta_to_float(1.0), 0x1.fffffep-1f);
   EXPECT_EQ(beta_to_float(0x1p-20), 0x1p-20f);  // small but above the floor: kept

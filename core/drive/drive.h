@@ -49,8 +49,10 @@ void check_drive_matches_model(const DriveSpec& d, const ModelConfig& m);
 
 // A drawn beta (U(0, 1) or a sigmoid, in double) rounded to fp32 and kept inside the open interval
 // the delta rule assumes (spec numerics.md section 1: beta in (0, 1)): a draw within 2^-25 of 1
-// would round to 1.0f, and the smallest draws to 0, so results are clamped to [2^-24, 1 - 2^-24].
-// Throws statecheck::Error for a value outside [0, 1] or NaN.
+// rounds to 1.0f and an exact 0 stays 0, so the result is clamped to [2^-24, 1 - 2^-24], the top
+// being the largest float below 1 and the floor chosen to mirror it (draws in (0, 2^-24), which
+// fp32 holds exactly, are raised to 2^-24 too). Throws statecheck::Error for a value outside
+// [0, 1] or NaN.
 float beta_to_float(double beta);
 
 // Synthetic inputs of one layer for T tokens (see the table above). Throws for non-synthetic
