@@ -40,7 +40,7 @@ struct BenchRow {
 };
 
 void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  const RecurrenceShape shape = RecurrenceShape::of_model(m);
+  const RecurrenceShape shape = recurrence_shape(m);
   const int repeats = o.quick ? 3 : 7;
   std::vector<BenchRow> rows;
 
@@ -71,7 +71,7 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   for (size_t e = 0; e < state.data.size(); ++e)
     state.data[e] = static_cast<float>(((e * 2654435761u) % 2001) - 1000) * 1e-4f;
   for (const char* name : {"int8", "fp8_e4m3", "bf16"}) {
-    const Codec c = parse_codec(name, parse_scale_dtype(o.scale_dtype_or_default()));
+    const Codec c = parse_codec(name, parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
     EncodedState enc;
     MultiLayerState dec;
     BenchRow row{std::string("cpu_") + name + "_encode_decode", 0, 0, 0};

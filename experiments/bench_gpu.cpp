@@ -63,13 +63,13 @@ std::vector<int32_t> distinct_slots(int n, int64_t pool_slots, uint64_t seed) {
 
 // Fills a device pool of `slots` slots with N(0, 0.06^2)-like values (one random slot pattern,
 // rescaled per slot), in the pool dtype.
-void fill_pool(void* dst, size_t slot_elems, int64_t slots, PoolDtype dtype, uint64_t seed) {
+void fill_pool(void* dst, size_t slot_elems, int64_t slots, Dtype dtype, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> pattern(slot_elems);
   for (auto& x : pattern) x = static_cast<float>(0.06 * rng.normal());
   for (int64_t s = 0; s < slots; ++s) {
     const float k = 0.5f + static_cast<float>(s % 7) * 0.25f;
-    if (dtype == PoolDtype::fp32) {
+    if (dtype == Dtype::fp32) {
       std::vector<float> v(slot_elems);
       for (size_t e = 0; e < slot_elems; ++e) v[e] = pattern[e] * k;
       STATECHECK_CUDA_CHECK(cudaMemcpy(static_cast<float*>(dst) + s * slot_elems, v.data(),
@@ -104,10 +104,10 @@ DevicePool make_pool(const PoolGeometry& g, int64_t slots, size_t value_bytes, s
 }
 
 // Checks store + load of `n` slots against the CPU codec for every head; returns mismatches.
-long validate_codec(const PoolGeometry& g, DevicePool& active, PoolDtype adt, DevicePool& ckpt,
+long validate_codec(const PoolGeometry& g, DevicePool& active, Dtype adt, DevicePool& ckpt,
                     const Codec& c, const std::vector<int32_t>& src,
                     const std::vector<int32_t>& dst) {
-  const size_t head = static_cast<size_t>(g.dv) * g.dk, ab = pool_dtype_bytes(adt);
+  const size_t head = static_cast<size_t>(g.dv) * g.dk, ab = dtype_bytes(adt);
   const std::vector<uint8_t> a = active.temporal.download(), v = ckpt.temporal.download();
   const std::vector<uint8_t> s =
       ckpt.scales.size() ? ckpt.scales.download() : std::vector<uint8_t>();
@@ -120,7 +120,7 @@ long validate_codec(const PoolGeometry& g, DevicePool& active, PoolDtype adt, De
         const size_t ai = (static_cast<size_t>(l) * active.slots + src[i]) * g.HV + h;
         const size_t ci = (static_cast<size_t>(l) * ckpt.slots + dst[i]) * g.HV + h;
         for (size_t e = 0; e < head; ++e) {
-          if (adt == PoolDtype::fp32)
+          if (adt == Dtype::fp32)
             std::memcpy(&S[e], a.data() + (ai * head + e) * ab, 4);
           else {
             uint16_t b;
@@ -146,8 +146,8 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
   g.conv_elems = static_cast<int64_t>(m.conv_dim_shard()) * (m.conv_width - 1);
   const std::vector<int> ns = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 64};
   const int64_t slots = 65;
-  for (PoolDtype adt : {PoolDtype::fp32, PoolDtype::bf16}) {
-    DevicePool active = make_pool(g, slots, pool_dtype_bytes(adt), 0);
+  for (Dtype adt : {Dtype::fp32, Dtype::bf16}) {
+    DevicePool active = make_pool(g, slots, dtype_bytes(adt), 0);
     // The active pool's random contents, filled again after each load overwrote some slots.
     auto fill_active = [&] {
       fill_pool(active.temporal.data(),
@@ -155,10 +155,11 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
                 mix_seed(o.seed, 11));
     };
     fill_active();
-    const std::string sd = adt == PoolDtype::fp32 ? "fp32" : "bf16";
+    const std::string sd = adt == Dtype::fp32 ? "fp32" : "bf16";
     for (const std::string codec_name : {"int8", "fp8_e4m3", "copy"}) {
-      const Codec c =
-          codec_name == "copy" ? parse_codec(sd) : parse_codec(codec_name, parse_scale_dtype(sd));
+      const Codec c = codec_name == "copy"
+                          ? parse_codec(sd)
+                          : parse_codec(codec_name, parse_dtype(sd, "scale dtype"));
       DevicePool ckpt = make_pool(g, slots, c.value_bytes(), c.scale_bytes());
       for (int n : ns) {
         const std::vector<int32_t> src = distinct_slots(n, slots, mix_seed(o.seed, 100 + n)),
@@ -220,12 +221,12 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
   const std::vector<int> batches = o.quick ? std::vector<int>{1, 32} : std::vector<int>{1, 32, 256};
   for (const DecodeShape& sh : {DecodeShape{"gdn_H16_HV32", 16, 32, GateKind::gdn},
                                 DecodeShape{"kda_H32_HV32", 32, 32, GateKind::kda}}) {
-    for (PoolDtype dt : {PoolDtype::fp32, PoolDtype::bf16}) {
+    for (Dtype dt : {Dtype::fp32, Dtype::bf16}) {
       for (const int batch : batches) {
         for (bool prefill : {false, true}) {
           // Recurrent prefill: fp32 state, 64 sequences of 256 tokens (2 per SM row-block wave),
           // timed once per shape; decode: one token per sequence at every batch.
-          if (prefill && (dt != PoolDtype::fp32 || batch != batches.back())) continue;
+          if (prefill && (dt != Dtype::fp32 || batch != batches.back())) continue;
           const int T = prefill ? (o.quick ? 64 : 256) : 1;
           const int B = prefill ? (o.quick ? 16 : 64) : batch;
           // Host batch (inputs and pool) for validation and upload.
@@ -237,7 +238,7 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           Rng rng(mix_seed(o.seed, 7));
           std::vector<float> pool(slots * slot_elems);
           for (auto& x : pool) x = static_cast<float>(0.06 * rng.normal());
-          if (dt == PoolDtype::fp32)
+          if (dt == Dtype::fp32)
             hb.pool_fp32 = pool;
           else {
             hb.pool_bf16.resize(pool.size());
@@ -260,7 +261,7 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           hb.q = bits(in.q), hb.k = bits(in.k), hb.v = bits(in.v), hb.g = in.g, hb.beta = in.beta;
           DeviceBuffer<float> d_pool32;
           DeviceBuffer<uint16_t> d_pool16;
-          if (dt == PoolDtype::fp32)
+          if (dt == Dtype::fp32)
             d_pool32.upload(hb.pool_fp32);
           else
             d_pool16.upload(hb.pool_bf16);
@@ -274,8 +275,8 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           a.num_seqs = B, a.H = sh.H, a.HV = sh.HV, a.dk = dk, a.dv = dv, a.gate = sh.gate,
           a.state_dtype = dt;
           a.max_seq_len = T;
-          a.state_pool = dt == PoolDtype::fp32 ? static_cast<void*>(d_pool32.data())
-                                               : static_cast<void*>(d_pool16.data());
+          a.state_pool = dt == Dtype::fp32 ? static_cast<void*>(d_pool32.data())
+                                           : static_cast<void*>(d_pool16.data());
           a.pool_slots = slots;
           a.slot_ids = d_ids.data(), a.cu_seqlens = d_cu.data(), a.q = d_q.data(), a.k = d_k.data(),
           a.v = d_v.data();
@@ -308,7 +309,7 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
                   sh.name, B, std::sqrt(err / ref));
           }
           Row r{fmt::format("{}_{}_{}_state_B{}{}", prefill ? "prefill" : "decode", sh.name,
-                            pool_dtype_name(dt), B, prefill ? fmt::format("_T{}", T) : "")};
+                            dtype_name(dt), B, prefill ? fmt::format("_T{}", T) : "")};
           r.set_times(timer.time([&](cudaStream_t s) { gated_delta_pool(a, s); }, repeats));
           r.kernel = gated_delta_kernel_name(gated_delta_pool_variant(a));
           r.bytes = gated_delta_pool_bytes(a, static_cast<int64_t>(B) * T);

@@ -14,13 +14,9 @@ PayloadShape model_payload_shape(const ModelConfig& m) {
 
 StateDtypes options_dtypes(const Options& o) {
   StateDtypes d;
-  d.temporal = o.temporal_dtype;
-  state_dtype_bytes(d.temporal, "--temporal-dtype");
-  if (d.temporal != "fp32" && d.temporal != "bf16")
-    fail("--temporal-dtype: expected fp32 or bf16, got '{}'", d.temporal);
-  d.scale = parse_scale_dtype(o.scale_dtype_or_default());
-  d.conv = o.conv_dtype;
-  if (d.conv != "bf16") fail("--conv-dtype: only bf16 is modelled, got '{}'", d.conv);
+  d.temporal = parse_dtype(o.temporal_dtype, "temporal dtype");
+  d.scale = parse_dtype(o.scale_dtype_or_default(), "scale dtype");
+  d.conv = parse_dtype(o.conv_dtype, "conv dtype", {Dtype::bf16});
   return d;
 }
 
@@ -65,7 +61,7 @@ CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t
   c.track_interval = o.track_interval;
   c.payload = !o.no_payload;
   c.shape = model_payload_shape(m);
-  c.temporal_bf16 = d.temporal == "bf16";
+  c.temporal = d.temporal;
   c.scale = d.scale;
   return c;
 }
@@ -138,8 +134,8 @@ void write_cache_config(H5Writer& f, const std::string& g, const CacheConfig& c,
   f.attr(g, "tracking_slots_per_request", static_cast<int64_t>(c.tracking_slots()));
   f.attr(g, "max_running", static_cast<int64_t>(max_running));
   f.attr(g, "chunked_prefill", static_cast<int64_t>(chunked_prefill));
-  f.attr(g, "temporal_dtype", std::string(c.temporal_bf16 ? "bf16" : "fp32"));
-  f.attr(g, "scale_dtype", std::string(scale_dtype_name(c.scale)));
+  f.attr(g, "temporal_dtype", std::string(dtype_name(c.temporal)));
+  f.attr(g, "scale_dtype", std::string(dtype_name(c.scale)));
 }
 
 }  // namespace statecheck

@@ -23,9 +23,9 @@
 
 #include <fmt/format.h>
 
-#include "core/cache/workload.h"
 #include "core/memory/memory_budget.h"
 #include "core/util/progress.h"
+#include "core/workloads/workload.h"
 #include "experiments/cache_common.h"
 #include "experiments/capacity_cuda.h"
 #include "experiments/experiment.h"

@@ -55,19 +55,19 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m,
                        Summary& summary) {
   std::string why;
   if (!device_available(&why)) fail("--device cuda: {}", why);
-  const RecurrenceShape rs = RecurrenceShape::of_model(m);
+  const RecurrenceShape rs = recurrence_shape(m);
   PoolGeometry geo;
   geo.L = m.linear_layer_count(), geo.HV = rs.HV, geo.dv = rs.dv, geo.dk = rs.dk;
   geo.conv_elems = static_cast<int64_t>(m.conv_dim_shard()) * (m.conv_width - 1);
-  const PoolDtype adt = o.temporal_dtype == "bf16" ? PoolDtype::bf16 : PoolDtype::fp32;
+  const Dtype adt = o.temporal_dtype == "bf16" ? Dtype::bf16 : Dtype::fp32;
   const int parallel = 8,
             slots = parallel + 2;  // 0 reserved, 1..8 requests, 9 the cached bf16 state
   const size_t slot_elems = static_cast<size_t>(geo.HV) * geo.dv * geo.dk;
   const size_t layer_elems = slot_elems * slots;
-  const Codec int8 = parse_codec("int8", parse_scale_dtype(o.scale_dtype_or_default()));
-  const Codec copy = parse_codec(adt == PoolDtype::fp32 ? "fp32" : "bf16");
+  const Codec int8 = parse_codec("int8", parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
+  const Codec copy = parse_codec(adt == Dtype::fp32 ? "fp32" : "bf16");
 
-  DeviceBuffer<uint8_t> active(static_cast<size_t>(geo.L) * layer_elems * pool_dtype_bytes(adt));
+  DeviceBuffer<uint8_t> active(static_cast<size_t>(geo.L) * layer_elems * dtype_bytes(adt));
   STATECHECK_CUDA_CHECK(cudaMemset(active.data(), 0, active.bytes()));
   DeviceBuffer<uint16_t> active_conv(static_cast<size_t>(geo.L) * slots * geo.conv_elems);
   DeviceBuffer<uint8_t> ck_values(static_cast<size_t>(geo.L) * 2 * slot_elems),
@@ -114,7 +114,7 @@ void run_capacity_cuda(const Options& o, const ModelConfig& m,
       a.dv = rs.dv;
       a.gate = rs.gate, a.state_dtype = adt, a.pool_slots = slots,
       a.max_seq_len = static_cast<int>(longest);
-      a.state_pool = active.data() + static_cast<size_t>(l) * layer_elems * pool_dtype_bytes(adt);
+      a.state_pool = active.data() + static_cast<size_t>(l) * layer_elems * dtype_bytes(adt);
       a.slot_ids = slot_ids, a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(),
       a.v = v.data();
       a.g = g.data(), a.beta = beta.data();

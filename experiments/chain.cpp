@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "core/codec/codec.h"
+#include "core/drive/states_source.h"
 #include "core/metrics/contraction_model.h"
 #include "core/metrics/error_metrics.h"
 #include "core/recurrence/gated_delta.h"
@@ -29,7 +30,6 @@
 #include "core/util/progress.h"
 #include "experiments/chain_cuda.h"
 #include "experiments/experiment.h"
-#include "experiments/states_source.h"
 
 namespace statecheck {
 
@@ -171,9 +171,9 @@ void write_per_head(H5Writer& file, const std::string& group, Summary& summary,
 
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   check_device(o);
-  const StatesSource source = StatesSource::from_options(o, m);
-  const RecurrenceShape shape = RecurrenceShape::of_model(m);
-  const Codec codec = parse_codec(o.codec, parse_scale_dtype(o.scale_dtype_or_default()));
+  const StatesSource source = options_states_source(o, m);
+  const RecurrenceShape shape = recurrence_shape(m);
+  const Codec codec = parse_codec(o.codec, parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
   const int T = o.chain_tokens;
   std::vector<int> ns;
   for (int n = 1; n <= 128; n *= 2) ns.push_back(n);
@@ -192,8 +192,8 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   fmt::print(
       "chain: model {} (TP {}), drive {}, codec {} ({} scale), T {}, n in 1..128, layers {}/{}, {} "
       "heads each\n",
-      m.name, m.tp, source.drive_name(), codec.kind_name(), scale_dtype_name(codec.scale_dtype), T,
-      L, L_all, HV);
+      m.name, m.tp, source.drive_name(), codec.kind_name(), dtype_name(codec.scale_dtype), T, L,
+      L_all, HV);
   if (source.count() > 1)
     fmt::print("chain: follows state 0 of the {} states of {} (one chained sequence)\n",
                source.count(), source.drive_name());
@@ -255,7 +255,7 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.attr(g, "codec", std::string(codec.kind_name()));
   file.attr(g, "states_in_source", static_cast<int64_t>(source.count()));
   file.attr(g, "state_followed", int64_t(0));
-  file.attr(g, "scale_dtype", std::string(scale_dtype_name(codec.scale_dtype)));
+  file.attr(g, "scale_dtype", std::string(dtype_name(codec.scale_dtype)));
   file.attr(g, "tokens", static_cast<int64_t>(T));
   file.attr(g, "layers_measured", static_cast<int64_t>(L));
   file.attr(g, "ablation_beta_factor", kAblationBetaFactor);

@@ -25,7 +25,7 @@ void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Code
                     int layers, double ablation_beta_factor, H5Writer& file, Summary& summary) {
   std::string why;
   if (!device_available(&why)) fail("--device cuda: {}", why);
-  const RecurrenceShape rs = RecurrenceShape::of_model(m);
+  const RecurrenceShape rs = recurrence_shape(m);
   const int HV = rs.HV, dv = rs.dv, dk = rs.dk;
   std::vector<int> ns;
   for (int n = 1; n <= 128; n *= 2) ns.push_back(n);
@@ -68,7 +68,7 @@ void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Code
         STATECHECK_CUDA_CHECK(cudaMemcpy(cu.data(), cu_host.data(), 8, cudaMemcpyHostToDevice));
         GatedDeltaPoolArgs a;
         a.num_seqs = 1, a.H = rs.H, a.HV = HV, a.dk = dk, a.dv = dv, a.gate = rs.gate;
-        a.state_dtype = PoolDtype::fp32, a.state_pool = pool.data(), a.pool_slots = slots;
+        a.state_dtype = Dtype::fp32, a.state_pool = pool.data(), a.pool_slots = slots;
         a.slot_ids = slot_id[slot].data(), a.cu_seqlens = cu.data(), a.max_seq_len = t1 - t0;
         a.q = q.data() + static_cast<size_t>(t0) * rs.H * dk,
         a.k = k.data() + static_cast<size_t>(t0) * rs.H * dk;
@@ -85,9 +85,9 @@ void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Code
         const int slot = 2 + static_cast<int>(i), spacing = T / ns[i];
         for (int c = 0; c < ns[i]; ++c) {
           run(slot, c * spacing, (c + 1) * spacing);
-          checkpoint_store(geo, av, PoolDtype::fp32, cv, codec, slot_id[slot].data(),
+          checkpoint_store(geo, av, Dtype::fp32, cv, codec, slot_id[slot].data(),
                            slot_id[slot].data(), 1, err.data());
-          checkpoint_load(geo, cv, codec, av, PoolDtype::fp32, slot_id[slot].data(),
+          checkpoint_load(geo, cv, codec, av, Dtype::fp32, slot_id[slot].data(),
                           slot_id[slot].data(), 1);
         }
       }

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "core/codec/codec.h"
+#include "core/drive/states_source.h"
 #include "experiments/experiment.h"
-#include "experiments/states_source.h"
 
 namespace statecheck {
 

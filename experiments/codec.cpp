@@ -14,7 +14,8 @@
 
 #include "core/codec/codec.h"
 #include "core/drive/drive.h"
-#include "core/io/states_file.h"
+#include "core/drive/states_file.h"
+#include "core/drive/states_source.h"
 #include "core/metrics/error_metrics.h"
 #include "core/recurrence/gated_delta.h"
 #include "core/util/error.h"
@@ -23,26 +24,25 @@
 #include "core/util/rng.h"
 #include "experiments/codec_cuda.h"
 #include "experiments/experiment.h"
-#include "experiments/states_source.h"
 
 namespace statecheck {
 
-std::vector<Codec> codec_experiment_codecs(ScaleDtype scale) {
+std::vector<Codec> codec_experiment_codecs(Dtype scale) {
   return {parse_codec("fp32", scale), parse_codec("bf16", scale), parse_codec("int8", scale),
           parse_codec("fp8_e4m3", scale), parse_codec("fp8_e4m3_raw", scale)};
 }
 
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   check_device(o);
-  const StatesSource source = StatesSource::from_options(o, m);
-  const RecurrenceShape shape = RecurrenceShape::of_model(m);
+  const StatesSource source = options_states_source(o, m);
+  const RecurrenceShape shape = recurrence_shape(m);
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk;
   const int Tp = source.has_prefill() ? (o.prefill > 0 ? o.prefill : (o.quick ? 128 : 512)) : 0;
   if (o.prefill > 0 && !source.has_prefill())
     fmt::print("codec: --prefill {} is not used: drive {} starts from its own states\n", o.prefill,
                source.drive_name());
   const int Td = o.decode > 0 ? o.decode : (o.quick ? 32 : 128);
-  const ScaleDtype scale = parse_scale_dtype(o.scale_dtype_or_default());
+  const Dtype scale = parse_dtype(o.scale_dtype_or_default(), "scale dtype");
   const std::vector<Codec> codecs = codec_experiment_codecs(scale);
   const int C = static_cast<int>(codecs.size());
   const int N = source.count();
@@ -50,7 +50,7 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   fmt::print(
       "codec: model {} (TP {}, {} layers x {} heads x {}x{}), drive {}, {} state(s), prefill {}, "
       "decode {}, scale dtype {}, {} threads\n",
-      m.name, m.tp, L, HV, dv, dk, source.drive_name(), N, Tp, Td, scale_dtype_name(scale),
+      m.name, m.tp, L, HV, dv, dk, source.drive_name(), N, Tp, Td, dtype_name(scale),
       o.thread_count());
 
   // Per (codec, state n, layer, head): state error and decode error; per (codec, step): decode
@@ -99,7 +99,7 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.attr(g, "drive", source.drive_name());
   file.attr(g, "prefill_tokens", static_cast<int64_t>(Tp));
   file.attr(g, "decode_steps", static_cast<int64_t>(Td));
-  file.attr(g, "scale_dtype", std::string(scale_dtype_name(scale)));
+  file.attr(g, "scale_dtype", std::string(dtype_name(scale)));
   file.attr(g, "states", static_cast<int64_t>(N));
   file.attr(g, "device", o.device);
   std::vector<std::string> names;

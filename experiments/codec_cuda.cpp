@@ -44,7 +44,7 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
                     const std::vector<Codec>& codecs, H5Writer& file, Summary& summary) {
   std::string why;
   if (!device_available(&why)) fail("--device cuda: {}", why);
-  const RecurrenceShape shape = RecurrenceShape::of_model(m);
+  const RecurrenceShape shape = recurrence_shape(m);
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk,
             N = source.count();
   const size_t head = static_cast<size_t>(dv) * dk, slot = head * HV;
@@ -80,7 +80,7 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
 
       GatedDeltaPoolArgs a;
       a.num_seqs = 1, a.H = shape.H, a.HV = HV, a.dk = dk, a.dv = dv, a.gate = shape.gate;
-      a.state_dtype = PoolDtype::fp32, a.state_pool = pool.data(), a.pool_slots = 4;
+      a.state_dtype = Dtype::fp32, a.state_pool = pool.data(), a.pool_slots = 4;
       a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data(), a.beta = beta.data();
       if (Tp > 0) {
         a.slot_ids = d_one.data(), a.cu_seqlens = d_cu_pre.data(), a.o = nullptr,
@@ -117,10 +117,10 @@ void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, in
         StatePoolView active{pool.data(), nullptr, nullptr, 4};
         StatePoolView ck{ckpt_values.data(), codec.has_scales() ? ckpt_scales.data() : nullptr,
                          nullptr, 2};
-        checkpoint_store(geo, active, PoolDtype::fp32, ck, codec, d_one.data(), d_one.data(), 1,
+        checkpoint_store(geo, active, Dtype::fp32, ck, codec, d_one.data(), d_one.data(), 1,
                          err.data());
         check_store_error(err.data(), geo);
-        checkpoint_load(geo, ck, codec, active, PoolDtype::fp32, d_one.data(), d_two.data(), 1);
+        checkpoint_load(geo, ck, codec, active, Dtype::fp32, d_one.data(), d_two.data(), 1);
         STATECHECK_CUDA_CHECK(
             cudaMemcpy(restored.data(), pool.data() + 2 * slot, slot * 4, cudaMemcpyDeviceToHost));
         for (int h = 0; h < HV; ++h) {

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/codec/codec.h"
+#include "core/drive/states_source.h"
 #include "experiments/experiment.h"
-#include "experiments/states_source.h"
 
 namespace statecheck {
 

@@ -9,7 +9,9 @@
 
 #include "core/codec/codec.h"
 #include "core/drive/drive.h"
+#include "core/drive/states_source.h"
 #include "core/io/run_info.h"
+#include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "core/util/parallel.h"
 #include "experiments/experiment.h"
@@ -44,6 +46,12 @@ uint64_t parse_seed(const std::string& text) {
   if (text.empty() || text[0] < '0' || text[0] > '9' || r.ec != std::errc() || r.ptr != end)
     fail("--seed must be an integer in [0, 2^64), got '{}'", text);
   return v;
+}
+
+StatesSource options_states_source(const Options& o, const ModelConfig& m) {
+  const DriveSpec drive = o.drive.empty() ? default_drive(m) : parse_drive(o.drive, o.states);
+  return StatesSource::resolve(drive, o.seed, m,
+                               drive.kind == DriveKind::tinylm ? tinylm_config_for(o.model) : "");
 }
 
 std::string trace_path(const Options& o) {
@@ -263,11 +271,12 @@ void validate_options(const Options& o) {
   if (!o.scale_dtype.empty() && o.scale_dtype != "bf16" && o.scale_dtype != "fp32")
     fail("--scale-dtype must be bf16 or fp32, got '{}'", o.scale_dtype);
   if (o.conv_dtype != "bf16") fail("--conv-dtype must be bf16, got '{}'", o.conv_dtype);
-  const Codec chain_codec = parse_codec(o.codec, parse_scale_dtype(o.scale_dtype_or_default()));
+  const Codec chain_codec =
+      parse_codec(o.codec, parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
   if (!o.scale_dtype.empty() && chain_codec.has_scales() &&
-      chain_codec.scale_dtype != parse_scale_dtype(o.scale_dtype))
+      chain_codec.scale_dtype != parse_dtype(o.scale_dtype, "scale dtype"))
     fail("--codec {} names a {} scale but --scale-dtype is {}; give one of them", o.codec,
-         scale_dtype_name(chain_codec.scale_dtype), o.scale_dtype);
+         dtype_name(chain_codec.scale_dtype), o.scale_dtype);
   if (o.chunk_granularity < 1 || o.chunk_granularity > kMaxTokens)
     fail("--chunk-granularity must be in [1, {}], got {}", kMaxTokens, o.chunk_granularity);
   // Each chunk re-inserts the request's prefix into the tree (as the engine does), so the work of a

@@ -73,6 +73,11 @@ uint64_t parse_seed(const std::string& text);
 // Resolves the model named by the options (name or path, TP).
 ModelConfig options_model(const Options& o);
 
+// The states and layer inputs the numerical experiments read: --drive (default: by model family)
+// and --states, the synthetic streams drawn from --seed, the tiny model from --model.
+class StatesSource;
+StatesSource options_states_source(const Options& o, const ModelConfig& m);
+
 // The request trace replay reads: --trace, else the shipped one.
 std::string trace_path(const Options& o);
 

@@ -13,9 +13,9 @@
 // after the first few hits it.
 #include <fmt/format.h>
 
-#include "core/cache/workload.h"
 #include "core/memory/memory_budget.h"
 #include "core/util/progress.h"
+#include "core/workloads/workload.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"
 

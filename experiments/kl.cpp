@@ -88,7 +88,7 @@ RecurrenceFn cuda_layer_recurrence() {
     o.fill_bytes(0xFF);  // NaN until the kernel writes
     GatedDeltaPoolArgs a;
     a.num_seqs = 1, a.H = s.H, a.HV = s.HV, a.dk = s.dk, a.dv = s.dv, a.gate = s.gate;
-    a.qk_l2norm = s.qk_l2norm, a.scale = s.scale, a.state_dtype = PoolDtype::fp32;
+    a.qk_l2norm = s.qk_l2norm, a.scale = s.scale, a.state_dtype = Dtype::fp32;
     a.state_pool = pool.data(), a.pool_slots = 1, a.slot_ids = slots.data(),
     a.cu_seqlens = cu.data();
     a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data(), a.beta = beta.data(),
@@ -257,7 +257,7 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
         }
       } else {
         ForwardOptions opt;
-        opt.storage = var.bf16_state ? StateStorage::bf16 : StateStorage::fp32;
+        opt.storage = var.bf16_state ? Dtype::bf16 : Dtype::fp32;
 #ifdef STATECHECK_HAVE_CUDA
         if (var.cuda) opt.recurrence = cuda_layer_recurrence();
 #endif

@@ -97,10 +97,10 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   const StateDtypes dt = options_dtypes(o);
   const std::string g = "memory";
   file.group(g);
-  file.attr(g, "temporal_dtype", dt.temporal);
-  file.attr(g, "scale_dtype", std::string(scale_dtype_name(dt.scale)));
-  file.attr(g, "conv_dtype", dt.conv);
-  file.attr(g, "kv_dtype", dt.kv);
+  file.attr(g, "temporal_dtype", std::string(dtype_name(dt.temporal)));
+  file.attr(g, "scale_dtype", std::string(dtype_name(dt.scale)));
+  file.attr(g, "conv_dtype", std::string(dtype_name(dt.conv)));
+  file.attr(g, "kv_dtype", std::string(dtype_name(dt.kv)));
   file.attr(g, "gpu_mem_gib", o.gpu_mem_gib);
   file.attr(g, "mem_fraction", o.mem_fraction);
   file.attr(g, "pool_contents", std::string("bookkeeping (byte formulas only)"));
@@ -140,8 +140,8 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
                   static_cast<double>(b.active.per_slot.total()));
 
   fmt::print("memory: {} TP {}, temporal {}, scales {}, conv {}; pools A = {}, C = {}\n", m.name,
-             m.tp, dt.temporal, scale_dtype_name(dt.scale), dt.conv, b.active.slots,
-             b.checkpoint.slots);
+             m.tp, dtype_name(dt.temporal), dtype_name(dt.scale), dtype_name(dt.conv),
+             b.active.slots, b.checkpoint.slots);
   fmt::print("memory: {:<22} {:>14} {:>14} {:>12} {:>12} {:>14} {:>14} {:>12}\n", "model (TP)",
              "active B/slot", "ckpt B/slot", "active GiB", "ckpt GiB", "KV tok engine",
              "KV tok correct", "auto A");

@@ -41,9 +41,9 @@
 
 #include "core/cache/engine.h"
 #include "core/memory/memory_budget.h"
-#include "core/trace/mooncake_trace.h"
 #include "core/util/error.h"
 #include "core/util/progress.h"
+#include "core/workloads/mooncake_trace.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"
 

@@ -18,8 +18,8 @@
 #include "core/io/paths.h"
 #include "core/io/run_info.h"
 #include "core/memory/memory_budget.h"
-#include "core/trace/mooncake_trace.h"
 #include "core/util/error.h"
+#include "core/workloads/mooncake_trace.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"
 

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "core/cache/engine.h"
-#include "core/cache/workload.h"
 #include "core/codec/codec.h"
 #include "core/dtype/bf16.h"
 #include "core/util/error.h"
+#include "core/workloads/workload.h"
 #include "tests/error_of.h"
 
 using namespace statecheck;
@@ -52,7 +52,7 @@ std::vector<float> expected_restore(const CacheConfig& c, const std::vector<int3
                                     int64_t len) {
   std::vector<float> ref(c.shape.temporal_elems());
   std::vector<uint16_t> conv(c.shape.conv_elems);
-  reference_state(prefix_hash(tokens.data(), static_cast<size_t>(len)), c.shape, c.temporal_bf16,
+  reference_state(prefix_hash(tokens.data(), static_cast<size_t>(len)), c.shape, c.temporal,
                   ref.data(), conv.data());
   if (c.mode == CacheMode::bf16) return ref;
   Codec codec;
@@ -66,7 +66,7 @@ std::vector<float> expected_restore(const CacheConfig& c, const std::vector<int3
     encode_head(codec, ref.data() + h * s.head_size(), s.dv, s.dk, values.data(), scales.data());
     decode_head(codec, values.data(), scales.data(), s.dv, s.dk, out.data() + h * s.head_size());
   }
-  if (c.temporal_bf16)
+  if (c.temporal == Dtype::bf16)
     for (float& x : out) x = round_to_bf16(x);
   return out;
 }
@@ -129,8 +129,8 @@ TEST(CacheStrategy, RestoredStateIsTheRoundTripOfTheDonatedState) {
   for (CacheMode mode : {CacheMode::bf16, CacheMode::int8}) {
     for (bool bf16_temporal : {false, true}) {
       CacheConfig c = small_config(mode, CacheStrategy::extra_buffer).cache;
-      c.temporal_bf16 = bf16_temporal;
-      c.scale = bf16_temporal ? ScaleDtype::bf16 : ScaleDtype::fp32;
+      c.temporal = bf16_temporal ? Dtype::bf16 : Dtype::fp32;
+      c.scale = bf16_temporal ? Dtype::bf16 : Dtype::fp32;
       StateCache cache(c);
       const std::vector<int32_t> a = synthetic_tokens(2, 1, 100);
       ASSERT_EQ(serve_once(cache, a), 64);

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "core/cache/engine.h"
-#include "core/cache/workload.h"
 #include "core/util/rng.h"
+#include "core/workloads/workload.h"
 
 using namespace statecheck;
 

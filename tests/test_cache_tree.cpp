@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/cache/radix_tree.h"
-#include "core/cache/slot_allocator.h"
+#include "core/pools/slot_allocator.h"
 #include "core/util/error.h"
 
 using namespace statecheck;

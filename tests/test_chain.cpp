@@ -62,9 +62,9 @@ struct HeadRun {
 
 HeadRun run_head(const ModelConfig& m, const Options& o, DriveKind drive, int l, int h,
                  int spacing) {
-  const RecurrenceShape s = RecurrenceShape::of_model(m);
+  const RecurrenceShape s = recurrence_shape(m);
   const LayerInputs in = synthetic_inputs(drive, s, o.seed, l, o.chain_tokens);
-  const Codec codec = parse_codec("int8", ScaleDtype::fp32);
+  const Codec codec = parse_codec("int8", Dtype::fp32);
   const size_t head = static_cast<size_t>(s.dv) * s.dk;
   HeadRun r{std::vector<float>(head, 0.0f), std::vector<float>(head, 0.0f)};
   std::vector<float> tmp(head);
@@ -106,7 +106,7 @@ void check_per_head_breakdown(const ModelConfig& m, const std::string& drive_nam
   Options o = chain_options();
   o.drive = drive_name;
   const Summary summary = run_chain_to(m, o, tmp.file("chain.h5"));
-  const RecurrenceShape s = RecurrenceShape::of_model(m);
+  const RecurrenceShape s = recurrence_shape(m);
   const int L = m.linear_layer_count(), HV = s.HV, dk = s.dk, dv = s.dv, heads = L * HV;
   const size_t Ls = L, HVs = HV, dks = dk;
   std::vector<size_t> shape;

@@ -86,8 +86,7 @@ TEST(Codec, AmaxElementRecoveredWithinScaleRounding) {
   for (const char* name : {"int8_bf16_scale", "int8_fp32_scale"}) {
     const Codec c = parse_codec(name);
     const MultiLayerState back = decode(encode(c, S));
-    const double rel =
-        c.scale_dtype == ScaleDtype::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
+    const double rel = c.scale_dtype == Dtype::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
     for (int h = 0; h < shape.heads; ++h)
       for (int j = 0; j < shape.dk; ++j) {
         int arg = 0;
@@ -219,7 +218,7 @@ TEST(Codec, Fp8ScaledErrorBoundAndScaleIsAmaxOver448) {
         for (int i = 0; i < shape.dv; ++i)
           amax = std::max(amax, std::fabs(S.head(0, h)[i * shape.dk + j]));
         const float q = std::max(amax, 1e-8f) / 448.0f;
-        const float want = c.scale_dtype == ScaleDtype::bf16 ? nearest_bf16(q) : q;
+        const float want = c.scale_dtype == Dtype::bf16 ? nearest_bf16(q) : q;
         const float got = scale_at(c, e.scales.data() + size_t(h) * shape.dk * c.scale_bytes(), j);
         uint32_t got_bits, want_bits;
         std::memcpy(&got_bits, &got, 4);
@@ -267,7 +266,8 @@ TEST(Codec, GoldenVectorsBitForBit) {
     MultiLayerState S(shape);
     for (size_t i = 0; i < S.data.size(); ++i)
       S.data[i] = hex_float(tc["state_fp32_hex"][i].get<std::string>());
-    const Codec c = parse_codec("int8", parse_scale_dtype(tc["scale_dtype"].get<std::string>()));
+    const Codec c =
+        parse_codec("int8", parse_dtype(tc["scale_dtype"].get<std::string>(), "scale dtype"));
     const EncodedState e = encode(c, S);
     const MultiLayerState back = decode(e);
     for (size_t i = 0; i < S.data.size(); ++i) {
@@ -321,7 +321,7 @@ TEST(Codec, BytesPerState) {
 TEST(Codec, UnknownNamesAreErrors) {
   EXPECT_THROW(parse_codec("int4"), Error);
   EXPECT_THROW(parse_codec("bf16_fp32_scale"), Error);
-  EXPECT_THROW(parse_scale_dtype("fp16"), Error);
+  EXPECT_THROW(parse_dtype("fp16", "scale dtype"), Error);
 }
 
 namespace {
@@ -419,12 +419,12 @@ TEST(CodecExperiment, DecodeErrorsAndSmallEntryShareMatchSumsDoneHere) {
     run_codec(o, m, file, summary);
     file.commit();
   }
-  const RecurrenceShape s = RecurrenceShape::of_model(m);
+  const RecurrenceShape s = recurrence_shape(m);
   const int L = m.linear_layer_count(), HV = s.HV, dv = s.dv, dk = s.dk;
   const int Tp = 128, Td = 32;  // the quick protocol (experiments/codec.cpp)
   for (const char* name : {"fp32", "bf16", "int8", "fp8_e4m3", "fp8_e4m3_raw"}) {
     SCOPED_TRACE(name);
-    const Codec c = parse_codec(name, ScaleDtype::fp32);  // scale dtype: the fp32 temporal dtype
+    const Codec c = parse_codec(name, Dtype::fp32);  // scale dtype: the fp32 temporal dtype
     const std::string g = std::string("codec/") + name;
     std::vector<size_t> shape;
     const std::vector<double> decode_lh =

@@ -14,11 +14,11 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include "core/drive/states_file.h"
 #include "core/io/hdf5_file.h"
 #include "core/io/interrupt_cleanup.h"
 #include "core/io/paths.h"
 #include "core/io/safetensors.h"
-#include "core/io/states_file.h"
 #include "core/io/summary.h"
 #include "core/model/model_config.h"
 #include "core/util/error.h"

@@ -157,7 +157,7 @@ TEST(KlExperiment, QuickRunOnTheShippedModel) {
     const TinyLM model = TinyLM::load(default_tinylm_config_path());
     const TinyLMConfig& c = model.config();
     const std::vector<uint8_t> text = read_bytes(c.input_file("eval_text", c.eval_text_file));
-    const Codec codec = parse_codec("int8", ScaleDtype::bf16);
+    const Codec codec = parse_codec("int8", Dtype::bf16);
     // log softmax in fp64: z - max - log(sum exp(z - max)).
     auto log_probs = [](const float* z) {
       const double m = *std::max_element(z, z + 256);

@@ -13,8 +13,8 @@ using namespace statecheck;
 namespace {
 StateDtypes fp32_states() {
   StateDtypes d;
-  d.temporal = "fp32";
-  d.scale = ScaleDtype::fp32;
+  d.temporal = Dtype::fp32;
+  d.scale = Dtype::fp32;
   return d;
 }
 }  // namespace
@@ -33,8 +33,8 @@ TEST(Memory, Qwen35SlotBytesByHand) {
   EXPECT_EQ(c.scale, 30ull * 8 * 128 * 4);
   EXPECT_EQ(c.conv, a.conv);
   StateDtypes bf = fp32_states();
-  bf.temporal = "bf16";
-  bf.scale = ScaleDtype::bf16;
+  bf.temporal = Dtype::bf16;
+  bf.scale = Dtype::bf16;
   EXPECT_EQ(active_slot_bytes(m, bf).temporal, 30ull * 8 * 128 * 128 * 2);
   EXPECT_EQ(checkpoint_slot_bytes(m, bf).scale, 30ull * 8 * 128 * 2);
   EXPECT_EQ(kv_bytes_per_token(m, fp32_states()), 10ull * 2 * 1 * 256 * 2);
@@ -96,7 +96,7 @@ TEST(Memory, BadInputsAreErrors) {
   in.mem_fraction = 1.5;
   EXPECT_THROW(compute_budget(m, fp32_states(), in), Error);
   StateDtypes d = fp32_states();
-  d.temporal = "int3";
+  d.temporal = Dtype::int8;  // not a floating-point active state
   EXPECT_THROW(active_slot_bytes(m, d), Error);
 }
 

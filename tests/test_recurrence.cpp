@@ -270,7 +270,7 @@ TEST(Recurrence, Bf16StorageRoundsStateEveryStep) {
     const size_t head = size_t(s.dv) * s.dk;
     for (int h : {0, 4}) {  // value heads of key heads 0 and 1
       std::vector<float> S(head, 0.0f), o(size_t(T) * s.dv);
-      gated_delta_head_fp32(s, in, h, 0, T, S.data(), o.data(), StateStorage::bf16);
+      gated_delta_head_fp32(s, in, h, 0, T, S.data(), o.data(), Dtype::bf16);
       std::vector<float> R(head, 0.0f), o_step(s.dv), F(head, 0.0f);
       for (int t = 0; t < T; ++t) {
         gated_delta_head_fp32(s, in, h, t, t + 1, R.data(), o_step.data());

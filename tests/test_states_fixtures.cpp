@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/drive/states_file.h"
 #include "core/io/hdf5_file.h"
 #include "core/io/safetensors.h"
-#include "core/io/states_file.h"
 #include "core/io/summary.h"
 #include "core/model/model_config.h"
 #include "core/util/error.h"

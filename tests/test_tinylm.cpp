@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/codec/codec.h"
+#include "core/drive/tinylm_drive.h"
 #include "core/io/hdf5_file.h"
 #include "core/io/safetensors.h"
 #include "core/io/summary.h"
 #include "core/tinylm/linear.h"
 #include "core/tinylm/tinylm.h"
-#include "core/tinylm/tinylm_drive.h"
 #include "core/util/error.h"
 #include "core/util/rng.h"
 #include "experiments/experiment.h"
@@ -332,13 +332,13 @@ TEST(TinyLM, RecurrenceHookReplacesTheReference) {
   const std::vector<uint8_t> tok = text_tokens(m, 80);
   TinyLMState a = TinyLMState::zeros(c), b = TinyLMState::zeros(c), z = TinyLMState::zeros(c);
   ForwardOptions bf16;
-  bf16.storage = StateStorage::bf16;
+  bf16.storage = Dtype::bf16;
   const std::vector<float> ref = m.forward(tok.data(), int(tok.size()), a, bf16);
   int calls = 0;
   ForwardOptions hook;
   hook.recurrence = [&](const RecurrenceShape& s, const LayerInputs& in, float* S, float* o) {
     ++calls;
-    gated_delta_layer_fp32(s, in, 0, in.T, S, o, StateStorage::bf16);
+    gated_delta_layer_fp32(s, in, 0, in.T, S, o, Dtype::bf16);
   };
   EXPECT_EQ(m.forward(tok.data(), int(tok.size()), b, hook), ref);
   EXPECT_EQ(calls, c.num_layers);

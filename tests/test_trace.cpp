@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "core/model/model_config.h"
-#include "core/trace/mooncake_trace.h"
 #include "core/util/error.h"
+#include "core/workloads/mooncake_trace.h"
 
 using namespace statecheck;
 

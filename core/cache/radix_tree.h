@@ -24,8 +24,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/cache/kv_pool.h"
-#include "core/cache/slot_allocator.h"
+#include "core/pools/kv_pool.h"
+#include "core/pools/slot_allocator.h"
 
 namespace statecheck {
 

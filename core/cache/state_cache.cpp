@@ -56,7 +56,7 @@ void CacheConfig::validate() const {
 StateCache::StateCache(const CacheConfig& config)
     : cfg_((config.validate(), config)),
       kv_(config.kv_tokens),
-      active_(config.active_slots, config.shape, config.temporal_bf16, config.payload),
+      active_(config.active_slots, config.shape, config.temporal, config.payload),
       ckpt_(config.mode == CacheMode::int8 ? config.ckpt_slots : 0, config.shape, config.scale,
             config.payload),
       tree_(kv_, config.mode == CacheMode::int8 ? ckpt_.allocator() : active_.allocator(),
@@ -128,7 +128,7 @@ void StateCache::verify_restore(const CacheRequest& r, const int32_t* tokens) co
   const PayloadShape& ps = cfg_.shape;
   std::vector<float> expect(ps.temporal_elems());
   std::vector<uint16_t> conv(ps.conv_elems);
-  reference_state(prefix_hash(tokens, static_cast<size_t>(r.hit_len)), ps, cfg_.temporal_bf16,
+  reference_state(prefix_hash(tokens, static_cast<size_t>(r.hit_len)), ps, cfg_.temporal,
                   expect.data(), conv.data());
   if (cfg_.mode == CacheMode::int8) {
     const Codec& c = ckpt_.codec();
@@ -138,7 +138,7 @@ void StateCache::verify_restore(const CacheRequest& r, const int32_t* tokens) co
       float* h = expect.data() + head * s.head_size();
       roundtrip_head(c, h, s.dv, s.dk, back.data());
       for (size_t e = 0; e < s.head_size(); ++e)
-        h[e] = cfg_.temporal_bf16 ? round_to_bf16(back[e]) : back[e];
+        h[e] = cfg_.temporal == Dtype::bf16 ? round_to_bf16(back[e]) : back[e];
     }
   }
   const float* got = active_.temporal(r.active);

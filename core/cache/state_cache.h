@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cache/kv_pool.h"
 #include "core/cache/radix_tree.h"
-#include "core/cache/state_pool.h"
+#include "core/pools/kv_pool.h"
+#include "core/pools/state_pool.h"
 
 namespace statecheck {
 
@@ -43,16 +43,16 @@ CacheStrategy parse_cache_strategy(const std::string& s);
 struct CacheConfig {
   CacheMode mode = CacheMode::int8;
   CacheStrategy strategy = CacheStrategy::extra_buffer;
-  int32_t active_slots = 256;           // A
-  int32_t ckpt_slots = 512;             // C (int8 mode; ignored in bf16 mode)
-  int64_t kv_tokens = 1 << 20;          // N_kv
-  int chunk_granularity = 64;           // Cg (SGLang mamba_cache_chunk_size = max(64, page size))
-  int track_interval = 256;             // decode track interval (SGLang mamba_track_interval)
-  bool overlap_schedule = true;         // extra_buffer: 2 tracking slots (ping-pong), else 1
-  bool payload = true;                  // real state payloads (false: bookkeeping only)
-  PayloadShape shape;                   // per-slot payload shape
-  bool temporal_bf16 = false;           // active temporal dtype bf16 (else fp32)
-  ScaleDtype scale = ScaleDtype::fp32;  // int8 scale dtype
+  int32_t active_slots = 256;    // A
+  int32_t ckpt_slots = 512;      // C (int8 mode; ignored in bf16 mode)
+  int64_t kv_tokens = 1 << 20;   // N_kv
+  int chunk_granularity = 64;    // Cg (SGLang mamba_cache_chunk_size = max(64, page size))
+  int track_interval = 256;      // decode track interval (SGLang mamba_track_interval)
+  bool overlap_schedule = true;  // extra_buffer: 2 tracking slots (ping-pong), else 1
+  bool payload = true;           // real state payloads (false: bookkeeping only)
+  PayloadShape shape;            // per-slot payload shape
+  Dtype temporal = Dtype::fp32;  // active temporal dtype: fp32 or bf16
+  Dtype scale = Dtype::fp32;     // int8 scale dtype: bf16 or fp32
   // KV-only matching (SGLang skip_mamba_match): every cached prefix counts as restorable, the hit
   // is the whole walk and no state is copied (a load is still counted). Only for the unbounded
   // reference cache of the replay experiment, which measures what the trace offers; never a mode

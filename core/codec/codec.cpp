@@ -14,16 +14,6 @@ namespace {
 constexpr float kAmaxFloor = 1e-8f;
 }
 
-const char* scale_dtype_name(ScaleDtype d) {
-  return d == ScaleDtype::bf16 ? "bf16" : "fp32";
-}
-
-ScaleDtype parse_scale_dtype(const std::string& name) {
-  if (name == "bf16") return ScaleDtype::bf16;
-  if (name == "fp32") return ScaleDtype::fp32;
-  fail("unknown scale dtype '{}' (expected bf16 or fp32)", name);
-}
-
 const char* Codec::kind_name() const {
   switch (kind) {
     case CodecKind::fp32:
@@ -53,7 +43,7 @@ size_t Codec::value_bytes() const {
 
 size_t Codec::scale_bytes() const {
   if (!has_scales()) return 0;
-  return scale_dtype == ScaleDtype::bf16 ? 2 : 4;
+  return scale_dtype == Dtype::bf16 ? 2 : 4;
 }
 
 float Codec::code_max() const {
@@ -67,7 +57,7 @@ size_t Codec::temporal_bytes(const StateShape& s) const {
   return s.size() * value_bytes() + heads * s.dk * scale_bytes();
 }
 
-Codec parse_codec(const std::string& name, ScaleDtype scale) {
+Codec parse_codec(const std::string& name, Dtype scale) {
   Codec c;
   c.scale_dtype = scale;
   std::string base = name;
@@ -75,7 +65,7 @@ Codec parse_codec(const std::string& name, ScaleDtype scale) {
     const std::string suffix = std::string("_") + dt + "_scale";
     if (base.size() > suffix.size() &&
         base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      c.scale_dtype = parse_scale_dtype(dt);
+      c.scale_dtype = parse_dtype(dt, "scale dtype");
       base = base.substr(0, base.size() - suffix.size());
       if (base != "int8" && base != "fp8_e4m3")
         fail("codec '{}': only int8 and fp8_e4m3 take a scale dtype", name);
@@ -102,7 +92,7 @@ Codec parse_codec(const std::string& name, ScaleDtype scale) {
 std::string codec_label(const Codec& c, bool explicit_scale) {
   std::string s = c.kind_name();
   if (explicit_scale && c.has_scales())
-    s += std::string("_") + scale_dtype_name(c.scale_dtype) + "_scale";
+    s += std::string("_") + dtype_name(c.scale_dtype) + "_scale";
   return s;
 }
 
@@ -119,7 +109,7 @@ void check_finite_head(const float* S, int dv, int dk, HeadIndex where) {
 }
 
 float scale_at(const Codec& c, const uint8_t* scales, int j) {
-  if (c.scale_dtype == ScaleDtype::bf16) {
+  if (c.scale_dtype == Dtype::bf16) {
     uint16_t b;
     std::memcpy(&b, scales + 2 * static_cast<size_t>(j), 2);
     return float_from_bf16_bits(b);
@@ -148,14 +138,14 @@ bool column_scales(const Codec& c, const float* S, int dv, int dk, float* scale_
   const float cmax = c.code_max();
   for (int j = 0; j < dk; ++j) {
     const float s = std::max(amax[j], kAmaxFloor) / cmax;
-    scale_out[j] = c.scale_dtype == ScaleDtype::bf16 ? round_to_bf16(s) : s;
+    scale_out[j] = c.scale_dtype == Dtype::bf16 ? round_to_bf16(s) : s;
   }
   return all_finite != 0;
 }
 
 void store_scales(const Codec& c, const float* scale, int dk, uint8_t* out) {
   for (int j = 0; j < dk; ++j) {
-    if (c.scale_dtype == ScaleDtype::bf16) {
+    if (c.scale_dtype == Dtype::bf16) {
       const uint16_t b = bf16_bits_from_float(scale[j]);
       std::memcpy(out + 2 * static_cast<size_t>(j), &b, 2);
     } else {

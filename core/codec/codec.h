@@ -21,19 +21,16 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype/dtype.h"
 #include "core/state/state.h"
 
 namespace statecheck {
 
 enum class CodecKind { fp32, bf16, int8, fp8_e4m3, fp8_e4m3_raw };
-enum class ScaleDtype { bf16, fp32 };
-
-const char* scale_dtype_name(ScaleDtype d);
-ScaleDtype parse_scale_dtype(const std::string& name);  // "bf16" | "fp32"; else Error
 
 struct Codec {
   CodecKind kind = CodecKind::fp32;
-  ScaleDtype scale_dtype = ScaleDtype::fp32;  // int8 and fp8_e4m3 only
+  Dtype scale_dtype = Dtype::fp32;  // int8 and fp8_e4m3 only
 
   // Canonical name: fp32, bf16, int8, fp8_e4m3, fp8_e4m3_raw.
   const char* kind_name() const;
@@ -49,7 +46,7 @@ struct Codec {
 // Parses "fp32", "bf16", "int8", "fp8_e4m3", "fp8_e4m3_raw" (with scale dtype `scale`), and the
 // explicit variants "int8_bf16_scale", "int8_fp32_scale", "fp8_e4m3_bf16_scale",
 // "fp8_e4m3_fp32_scale". Unknown names are an Error listing the valid ones.
-Codec parse_codec(const std::string& name, ScaleDtype scale = ScaleDtype::fp32);
+Codec parse_codec(const std::string& name, Dtype scale = Dtype::fp32);
 
 // Names the experiments report a codec under: the kind name, or "<kind>_<dtype>_scale" when
 // `explicit_scale` is set.

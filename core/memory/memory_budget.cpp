@@ -6,19 +6,25 @@
 
 namespace statecheck {
 
-size_t state_dtype_bytes(const std::string& name, const std::string& field) {
-  if (name == "fp32" || name == "float32") return 4;
-  if (name == "bf16" || name == "bfloat16" || name == "fp16" || name == "float16") return 2;
-  fail("{}: unknown dtype '{}' (expected fp32, bf16 or fp16)", field, name);
+namespace {
+
+// Bytes of one element of a floating-point state dtype; throws naming `field` otherwise.
+size_t float_state_bytes(Dtype d, const char* field) {
+  if (d != Dtype::fp32 && d != Dtype::bf16)
+    fail("{}: dtype {} is not a floating-point state dtype (expected fp32 or bf16)", field,
+         dtype_name(d));
+  return dtype_bytes(d);
 }
+
+}  // namespace
 
 SlotBytes active_slot_bytes(const ModelConfig& m, const StateDtypes& d) {
   const uint64_t L = static_cast<uint64_t>(m.linear_layer_count());
   SlotBytes s;
   s.temporal = L * static_cast<uint64_t>(m.value_heads_shard()) * m.head_v_dim * m.head_k_dim *
-               state_dtype_bytes(d.temporal, "--temporal-dtype");
+               float_state_bytes(d.temporal, "--temporal-dtype");
   s.conv = L * static_cast<uint64_t>(m.conv_dim_shard()) * static_cast<uint64_t>(m.conv_width - 1) *
-           state_dtype_bytes(d.conv, "--conv-dtype");
+           float_state_bytes(d.conv, "--conv-dtype");
   return s;
 }
 
@@ -27,7 +33,7 @@ SlotBytes checkpoint_slot_bytes(const ModelConfig& m, const StateDtypes& d) {
   const uint64_t hv = static_cast<uint64_t>(m.value_heads_shard());
   SlotBytes s;
   s.temporal = L * hv * m.head_v_dim * m.head_k_dim;  // int8
-  s.scale = L * hv * m.head_k_dim * (d.scale == ScaleDtype::bf16 ? 2u : 4u);
+  s.scale = L * hv * m.head_k_dim * float_state_bytes(d.scale, "--scale-dtype");
   s.conv = active_slot_bytes(m, d).conv;
   return s;
 }
@@ -45,7 +51,7 @@ PoolBytes pool_bytes(int64_t slots, const SlotBytes& per_slot) {
 
 uint64_t kv_bytes_per_token(const ModelConfig& m, const StateDtypes& d) {
   const uint64_t layers = static_cast<uint64_t>(m.full_layer_count());
-  const uint64_t b = state_dtype_bytes(d.kv, "KV dtype");
+  const uint64_t b = float_state_bytes(d.kv, "KV dtype");
   if (m.full_attention.kind == FullAttentionSpec::Kind::mla)
     return layers *
            static_cast<uint64_t>(m.full_attention.kv_lora_rank + m.full_attention.rope_dim) * b;

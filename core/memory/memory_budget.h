@@ -26,21 +26,21 @@
 #include <string>
 
 #include "core/codec/codec.h"
+#include "core/dtype/dtype.h"
 #include "core/model/model_config.h"
 
 namespace statecheck {
 
 constexpr double kGiB = 1073741824.0;  // 2^30 bytes
 
-// Bytes of one element of a state dtype name: fp32 4, bf16 2, fp16 2. Throws statecheck::Error
-// naming `field` and the value otherwise.
-size_t state_dtype_bytes(const std::string& name, const std::string& field);
-
+// The dtypes of what a serving engine keeps per request. The active temporal state, the conv
+// state and the KV cache are floating-point (fp32 or bf16); the int8 checkpoint pool's scales are
+// bf16 or fp32. The budget functions throw statecheck::Error naming the field for any other.
 struct StateDtypes {
-  std::string temporal = "fp32";        // active temporal state
-  ScaleDtype scale = ScaleDtype::fp32;  // int8 checkpoint scales
-  std::string conv = "bf16";            // conv state (never quantized)
-  std::string kv = "bf16";              // full-attention KV cache
+  Dtype temporal = Dtype::fp32;  // active temporal state
+  Dtype scale = Dtype::fp32;     // int8 checkpoint scales
+  Dtype conv = Dtype::bf16;      // conv state (never quantized)
+  Dtype kv = Dtype::bf16;        // full-attention KV cache
 };
 
 struct SlotBytes {

@@ -18,10 +18,6 @@ namespace statecheck {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* gate_kind_name(GateKind kind) {
-  return kind == GateKind::gdn ? "gdn" : "kda";
-}
-
 int ModelConfig::kv_heads_shard() const {
   if (full_attention.kind == FullAttentionSpec::Kind::mla) return 1;
   return std::max(1, full_attention.num_kv_heads / tp);
@@ -399,6 +395,17 @@ ModelConfig load_model(const std::string& name_or_path, int tp) {
     fail("{}: not valid JSON ({})", path.string(), e.what());
   }
   return parse_model_config(j, path.string(), tp);
+}
+
+RecurrenceShape recurrence_shape(const ModelConfig& m) {
+  RecurrenceShape s;
+  s.H = m.key_heads_shard();
+  s.HV = m.value_heads_shard();
+  s.dk = m.head_k_dim;
+  s.dv = m.head_v_dim;
+  s.gate = m.gate;
+  s.qk_l2norm = true;
+  return s;
 }
 
 }  // namespace statecheck

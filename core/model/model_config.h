@@ -11,13 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/state/gate.h"
+#include "core/state/layer_inputs.h"
+
 namespace statecheck {
-
-// GDN: one scalar log-decay per value head and token. KDA: one per value head, token and key
-// channel.
-enum class GateKind { gdn, kda };
-
-const char* gate_kind_name(GateKind kind);
 
 // Full-attention layers' KV cache layout. mha: K and V of num_kv_heads x head_dim per token;
 // mla: one latent of kv_lora_rank + rope_dim per token, replicated on every TP rank.
@@ -83,5 +80,9 @@ std::string data_dir();
 
 // Checks the consistency rules above; throws statecheck::Error naming `origin` and the field.
 void validate_model(const ModelConfig& m, const std::string& origin);
+
+// The recurrence shape of one linear-attention layer of `m` at its TP shard (key and value heads
+// per shard, d_k, d_v, gate kind; q and k L2-normalised, scale d_k^-1/2).
+RecurrenceShape recurrence_shape(const ModelConfig& m);
 
 }  // namespace statecheck

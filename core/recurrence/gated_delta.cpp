@@ -13,48 +13,6 @@ namespace {
 constexpr double kL2NormEps = 1e-6;
 }
 
-float RecurrenceShape::effective_scale() const {
-  return scale != 0.0f ? scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
-}
-
-RecurrenceShape RecurrenceShape::of_model(const ModelConfig& m) {
-  RecurrenceShape s;
-  s.H = m.key_heads_shard();
-  s.HV = m.value_heads_shard();
-  s.dk = m.head_k_dim;
-  s.dv = m.head_v_dim;
-  s.gate = m.gate;
-  s.qk_l2norm = true;
-  return s;
-}
-
-LayerInputs LayerInputs::zeros(const RecurrenceShape& s, int T) {
-  LayerInputs in;
-  in.T = T;
-  in.q.assign(static_cast<size_t>(T) * s.H * s.dk, 0.0f);
-  in.k.assign(static_cast<size_t>(T) * s.H * s.dk, 0.0f);
-  in.v.assign(static_cast<size_t>(T) * s.HV * s.dv, 0.0f);
-  in.g.assign(static_cast<size_t>(T) * s.gate_width(), 0.0f);
-  in.beta.assign(static_cast<size_t>(T) * s.HV, 0.0f);
-  return in;
-}
-
-void LayerInputs::check(const RecurrenceShape& s) const {
-  auto expect = [&](const std::vector<float>& a, size_t n, const char* name, const char* layout) {
-    if (a.size() != n)
-      fail("layer inputs: '{}' has {} values, expected {} ({} with T={})", name, a.size(), n,
-           layout, T);
-  };
-  if (s.H <= 0 || s.HV % s.H != 0)
-    fail("recurrence shape: HV ({}) must be a multiple of H ({})", s.HV, s.H);
-  expect(q, static_cast<size_t>(T) * s.H * s.dk, "q", "[T, H, d_k]");
-  expect(k, static_cast<size_t>(T) * s.H * s.dk, "k", "[T, H, d_k]");
-  expect(v, static_cast<size_t>(T) * s.HV * s.dv, "v", "[T, HV, d_v]");
-  expect(g, static_cast<size_t>(T) * s.gate_width(), "g",
-         s.gate == GateKind::gdn ? "[T, HV]" : "[T, HV, d_k]");
-  expect(beta, static_cast<size_t>(T) * s.HV, "beta", "[T, HV]");
-}
-
 void gated_delta_head_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1,
                            double* S, double* o) {
   const int dk = s.dk, dv = s.dv;
@@ -107,9 +65,12 @@ void gated_delta_head_fp64(const RecurrenceShape& s, const LayerInputs& in, int 
 }
 
 void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1,
-                           float* S_ptr, float* o, StateStorage storage) {
+                           float* S_ptr, float* o, Dtype storage) {
   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Vec = Eigen::Matrix<float, 1, Eigen::Dynamic>;
+  if (storage != Dtype::fp32 && storage != Dtype::bf16)
+    fail("gated_delta_head_fp32: state storage {} is not supported (fp32 or bf16)",
+         dtype_name(storage));
   const int dk = s.dk, dv = s.dv;
   const int kh = h / s.group();
   const float scale = s.effective_scale();
@@ -146,7 +107,7 @@ void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int 
       row += w * k;
       const float out = row.dot(q);
       if (o) o[static_cast<size_t>(t - t0) * dv + i] = out;
-      if (storage == StateStorage::bf16) {
+      if (storage == Dtype::bf16) {
         for (int j = 0; j < dk; ++j) row[j] = round_to_bf16(row[j]);
       }
     }
@@ -154,7 +115,7 @@ void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int 
 }
 
 void gated_delta_layer_fp32(const RecurrenceShape& s, const LayerInputs& in, int t0, int t1,
-                            float* S, float* o, StateStorage storage) {
+                            float* S, float* o, Dtype storage) {
   const size_t head = static_cast<size_t>(s.dv) * s.dk;
   std::vector<float> o_head(o ? static_cast<size_t>(t1 - t0) * s.dv : 0);
   for (int h = 0; h < s.HV; ++h) {

@@ -14,65 +14,29 @@
 //
 // Two references: an fp64 scalar loop (ground truth for tests) and an fp32 Eigen implementation
 // (the "fp32 reference" of the experiments). The fp32 one can emulate a bf16 state stored between
-// tokens (StateStorage::bf16), so codec error and kernel error can be measured apart.
+// tokens (Dtype::bf16), so codec error and kernel error can be measured apart.
 #pragma once
 
-#include <vector>
-
-#include "core/model/model_config.h"
+#include "core/dtype/dtype.h"
+#include "core/state/layer_inputs.h"
 
 namespace statecheck {
-
-struct RecurrenceShape {
-  int H = 0;   // key heads (per shard)
-  int HV = 0;  // value heads (per shard), HV % H == 0
-  int dk = 0;
-  int dv = 0;
-  GateKind gate = GateKind::gdn;
-  bool qk_l2norm = true;
-  float scale = 0.0f;  // readout scale; 0 means d_k^-1/2
-
-  float effective_scale() const;
-  int group() const { return HV / H; }  // value heads per key head
-  // Number of gate values per token: HV (GDN) or HV * d_k (KDA).
-  int gate_width() const { return gate == GateKind::gdn ? HV : HV * dk; }
-  // Shape of one layer of a model at its TP shard.
-  static RecurrenceShape of_model(const ModelConfig& m);
-};
-
-// Inputs of one layer for T tokens, fp32 values (drives round q, k, v to bf16-representable
-// values, as a serving engine feeds them). Row-major:
-//   q, k [T, H, d_k]; v [T, HV, d_v]; g [T, HV] (GDN) or [T, HV, d_k] (KDA), log space;
-//   beta [T, HV].
-struct LayerInputs {
-  int T = 0;
-  std::vector<float> q, k, v, g, beta;
-
-  // Allocates zeroed arrays for T tokens of `shape`.
-  static LayerInputs zeros(const RecurrenceShape& shape, int T);
-  // Checks array sizes against `shape`; throws statecheck::Error naming the array.
-  void check(const RecurrenceShape& shape) const;
-};
 
 // fp64 ground truth for one value head over tokens [t0, t1): S_vk [d_v, d_k] is updated in place;
 // if o_tv is not null it receives [t1 - t0, d_v] outputs.
 void gated_delta_head_fp64(const RecurrenceShape& shape, const LayerInputs& in, int head, int t0,
                            int t1, double* S_vk, double* o_tv);
 
-enum class StateStorage {
-  fp32,  // state kept in fp32 between tokens
-  bf16,  // state rounded to bf16 after every token (a decode kernel with a bf16 state pool);
-         // o_t is read from the fp32 value before rounding
-};
-
 // fp32 reference (Eigen) for one value head over tokens [t0, t1); same contract as the fp64 loop.
+// `storage`: how the state is kept between tokens: Dtype::fp32 (as computed) or Dtype::bf16
+// (rounded to bf16 after every token, as a decode kernel with a bf16 state pool keeps it; o_t is
+// read from the fp32 value before rounding). Other dtypes are an Error.
 void gated_delta_head_fp32(const RecurrenceShape& shape, const LayerInputs& in, int head, int t0,
-                           int t1, float* S_vk, float* o_tv,
-                           StateStorage storage = StateStorage::fp32);
+                           int t1, float* S_vk, float* o_tv, Dtype storage = Dtype::fp32);
 
 // All heads of one layer: S_hvk [HV, d_v, d_k] in place; o [t1 - t0, HV, d_v] if not null.
 void gated_delta_layer_fp32(const RecurrenceShape& shape, const LayerInputs& in, int t0, int t1,
-                            float* S_hvk, float* o_thv, StateStorage storage = StateStorage::fp32);
+                            float* S_hvk, float* o_thv, Dtype storage = Dtype::fp32);
 void gated_delta_layer_fp64(const RecurrenceShape& shape, const LayerInputs& in, int t0, int t1,
                             double* S_hvk, double* o_thv);
 

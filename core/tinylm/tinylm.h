@@ -102,7 +102,7 @@ using RecurrenceFn = std::function<void(const RecurrenceShape& shape, const Laye
 struct ForwardOptions {
   // How the temporal state is kept between tokens (fp32, or rounded to bf16 after every token as a
   // bf16 state pool would); ignored when `recurrence` is set.
-  StateStorage storage = StateStorage::fp32;
+  Dtype storage = Dtype::fp32;
   // Replaces the CPU reference recurrence when set.
   RecurrenceFn recurrence;
   // When not null: receives the recurrence inputs of every layer, [L] x LayerInputs of T tokens

@@ -1056,12 +1056,12 @@ struct KindTag {
 // arguments, in one place for store and load: calls f(TypeTag<ActiveT>, KindTag<K>,
 // TypeTag<ScaleT>), with ScaleT float for the codecs without scales.
 template <typename F>
-void dispatch(PoolDtype active_dtype, const Codec& c, F&& f) {
+void dispatch(Dtype active_dtype, const Codec& c, F&& f) {
   auto with_active = [&](auto active) {
     auto with_kind = [&](auto kind) {
       constexpr Kind K = decltype(kind)::value;
       if constexpr (K == Kind::int8 || K == Kind::fp8) {
-        if (c.scale_dtype == ScaleDtype::bf16) return f(active, kind, TypeTag<__nv_bfloat16>{});
+        if (c.scale_dtype == Dtype::bf16) return f(active, kind, TypeTag<__nv_bfloat16>{});
       }
       return f(active, kind, TypeTag<float>{});
     };
@@ -1078,7 +1078,7 @@ void dispatch(PoolDtype active_dtype, const Codec& c, F&& f) {
         return with_kind(KindTag<Kind::fp8_raw>{});
     }
   };
-  if (active_dtype == PoolDtype::fp32)
+  if (active_dtype == Dtype::fp32)
     with_active(TypeTag<float>{});
   else
     with_active(TypeTag<__nv_bfloat16>{});
@@ -1086,7 +1086,7 @@ void dispatch(PoolDtype active_dtype, const Codec& c, F&& f) {
 
 }  // namespace
 
-void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, PoolDtype active_dtype,
+void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, Dtype active_dtype,
                       const StatePoolView& ckpt, const Codec& codec, const int32_t* active_slots,
                       const int32_t* ckpt_slots, int n, int32_t* error_info, cudaStream_t stream) {
   check_geometry(g, codec, ckpt, "checkpoint_store");
@@ -1105,7 +1105,7 @@ void checkpoint_store(const PoolGeometry& g, const StatePoolView& active, PoolDt
 }
 
 void checkpoint_load(const PoolGeometry& g, const StatePoolView& ckpt, const Codec& codec,
-                     const StatePoolView& active, PoolDtype active_dtype, const int32_t* ckpt_slots,
+                     const StatePoolView& active, Dtype active_dtype, const int32_t* ckpt_slots,
                      const int32_t* active_slots, int n, cudaStream_t stream) {
   check_geometry(g, codec, ckpt, "checkpoint_load");
   if (n <= 0) return;
@@ -1137,24 +1137,23 @@ void check_store_error(int32_t* error_info, const PoolGeometry& g, cudaStream_t 
       host[1], host[2], host[3] / g.dk, host[3] % g.dk);
 }
 
-double checkpoint_store_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c,
-                              int n) {
+double checkpoint_store_bytes(const PoolGeometry& g, Dtype active_dtype, const Codec& c, int n) {
   const double elems = static_cast<double>(n) * g.L * g.HV * g.dv * g.dk;
   const double scales = static_cast<double>(n) * g.L * g.HV * g.dk * c.scale_bytes();
   const double conv = 2.0 * 2.0 * static_cast<double>(n) * g.L * g.conv_elems;
-  return elems * (pool_dtype_bytes(active_dtype) + c.value_bytes()) + scales + conv + 8.0 * n;
+  return elems * (dtype_bytes(active_dtype) + c.value_bytes()) + scales + conv + 8.0 * n;
 }
 
-double checkpoint_store_read_bytes(const PoolGeometry& g, PoolDtype active_dtype, int n) {
+double checkpoint_store_read_bytes(const PoolGeometry& g, Dtype active_dtype, int n) {
   const double elems = static_cast<double>(n) * g.L * g.HV * g.dv * g.dk;
-  return elems * pool_dtype_bytes(active_dtype) + 2.0 * n * g.L * g.conv_elems + 8.0 * n;
+  return elems * dtype_bytes(active_dtype) + 2.0 * n * g.L * g.conv_elems + 8.0 * n;
 }
 
-double checkpoint_load_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c, int n) {
+double checkpoint_load_bytes(const PoolGeometry& g, Dtype active_dtype, const Codec& c, int n) {
   return checkpoint_store_bytes(g, active_dtype, c, n);  // the same bytes, the other way
 }
 
-double checkpoint_load_read_bytes(const PoolGeometry& g, PoolDtype active_dtype, const Codec& c,
+double checkpoint_load_read_bytes(const PoolGeometry& g, Dtype active_dtype, const Codec& c,
                                   int n) {
   // The store's written bytes, and the slot lists, which either direction reads.
   return checkpoint_store_bytes(g, active_dtype, c, n) -

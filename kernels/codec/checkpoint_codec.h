@@ -58,13 +58,13 @@ struct StatePoolView {
   int64_t slots_total = 0;  // usable slots + the reserved slot 0
 };
 
-void checkpoint_store(const PoolGeometry& geo, const StatePoolView& active, PoolDtype active_dtype,
+void checkpoint_store(const PoolGeometry& geo, const StatePoolView& active, Dtype active_dtype,
                       const StatePoolView& ckpt, const Codec& codec, const int32_t* active_slots,
                       const int32_t* ckpt_slots, int n, int32_t* error_info = nullptr,
                       cudaStream_t stream = nullptr);
 
 void checkpoint_load(const PoolGeometry& geo, const StatePoolView& ckpt, const Codec& codec,
-                     const StatePoolView& active, PoolDtype active_dtype, const int32_t* ckpt_slots,
+                     const StatePoolView& active, Dtype active_dtype, const int32_t* ckpt_slots,
                      const int32_t* active_slots, int n, cudaStream_t stream = nullptr);
 
 // Reads error_info (synchronising `stream`) and throws statecheck::Error naming layer, head and
@@ -72,16 +72,16 @@ void checkpoint_load(const PoolGeometry& geo, const StatePoolView& ckpt, const C
 void check_store_error(int32_t* error_info, const PoolGeometry& geo, cudaStream_t stream = nullptr);
 
 // Byte models (bytes read + written by one launch for n slots).
-double checkpoint_store_bytes(const PoolGeometry& geo, PoolDtype active_dtype, const Codec& codec,
+double checkpoint_store_bytes(const PoolGeometry& geo, Dtype active_dtype, const Codec& codec,
                               int n);
-double checkpoint_load_bytes(const PoolGeometry& geo, PoolDtype active_dtype, const Codec& codec,
+double checkpoint_load_bytes(const PoolGeometry& geo, Dtype active_dtype, const Codec& codec,
                              int n);
 // The part of checkpoint_store_bytes that a store reads: the active values, the conv window once
 // and the two slot lists (4 n bytes each); the rest is written.
-double checkpoint_store_read_bytes(const PoolGeometry& geo, PoolDtype active_dtype, int n);
+double checkpoint_store_read_bytes(const PoolGeometry& geo, Dtype active_dtype, int n);
 // The part of checkpoint_load_bytes that a load reads: what the store writes (the checkpoint
 // values, scales and conv window) plus the two slot lists; the rest is written.
-double checkpoint_load_read_bytes(const PoolGeometry& geo, PoolDtype active_dtype,
-                                  const Codec& codec, int n);
+double checkpoint_load_read_bytes(const PoolGeometry& geo, Dtype active_dtype, const Codec& codec,
+                                  int n);
 
 }  // namespace statecheck::cuda

@@ -670,8 +670,8 @@ struct StagedPlan {
 };
 
 StagedPlan staged_decode_plan(const GatedDeltaPoolArgs& a) {
-  if (a.max_seq_len != 1 || a.dk != 128 || a.dv % kPipeRows != 0 ||
-      a.state_dtype != PoolDtype::fp32 || a.num_seqs <= 0)
+  if (a.max_seq_len != 1 || a.dk != 128 || a.dv % kPipeRows != 0 || a.state_dtype != Dtype::fp32 ||
+      a.num_seqs <= 0)
     return {};
   // Also raises the kernel's shared-memory limit for the launch (resident_blocks).
   const void* kernel =
@@ -707,8 +707,8 @@ GatedDeltaKernel choose_kernel(const GatedDeltaPoolArgs& a, const StagedPlan& st
   if (staged.grid > 0) return GatedDeltaKernel::staged_decode;
   if (a.dk != 32 && a.dk != 64 && a.dk != 128 && a.dk != 256) return GatedDeltaKernel::general;
   if (a.max_seq_len != 1) return GatedDeltaKernel::rows8;
-  return a.state_dtype == PoolDtype::bf16 && a.dk <= 128 ? GatedDeltaKernel::packed_bf16_decode
-                                                         : GatedDeltaKernel::rows8_decode;
+  return a.state_dtype == Dtype::bf16 && a.dk <= 128 ? GatedDeltaKernel::packed_bf16_decode
+                                                     : GatedDeltaKernel::rows8_decode;
 }
 
 // Launches rows8-layout kernel `k` for d_k = 32 NCH: rows8 with 2 rows per lane and input
@@ -746,7 +746,7 @@ void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, GatedDeltaKernel
 template <int NCH>
 void launch_rows8(const GatedDeltaPoolArgs& a, const Params& p, GatedDeltaKernel k,
                   cudaStream_t stream) {
-  if (a.state_dtype == PoolDtype::fp32)
+  if (a.state_dtype == Dtype::fp32)
     launch_rows8<NCH, float>(a, p, k, stream);
   else
     launch_rows8<NCH, __nv_bfloat16>(a, p, k, stream);
@@ -757,7 +757,7 @@ void launch_shape(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t str
   const dim3 grid(a.num_seqs, a.HV, (a.dv + kRowsPerBlock - 1) / kRowsPerBlock);
   const dim3 block(kWarps * 32);
   const bool kda = a.gate == GateKind::kda;
-  const bool f32 = a.state_dtype == PoolDtype::fp32;
+  const bool f32 = a.state_dtype == Dtype::fp32;
   if (kda && f32)
     gated_delta_pool_kernel<VEC, NCHUNK, true, float><<<grid, block, 0, stream>>>(p);
   else if (kda)
@@ -858,7 +858,7 @@ const char* gated_delta_kernel_name(GatedDeltaKernel k) {
 
 double gated_delta_pool_bytes(const GatedDeltaPoolArgs& a, int64_t T) {
   const double state =
-      2.0 * a.num_seqs * a.HV * static_cast<double>(a.dv) * a.dk * pool_dtype_bytes(a.state_dtype);
+      2.0 * a.num_seqs * a.HV * static_cast<double>(a.dv) * a.dk * dtype_bytes(a.state_dtype);
   const double per_token = 2.0 * (2.0 * a.H * a.dk + a.HV * a.dv) +  // q, k, v bf16
                            4.0 * (a.gate == GateKind::gdn ? a.HV : a.HV * a.dk) +
                            4.0 * a.HV +                      // g, beta

@@ -28,18 +28,10 @@
 
 #include <cuda_runtime.h>
 
-#include "core/model/model_config.h"
+#include "core/dtype/dtype.h"
+#include "core/state/gate.h"
 
 namespace statecheck::cuda {
-
-enum class PoolDtype { fp32, bf16 };
-
-inline size_t pool_dtype_bytes(PoolDtype d) {
-  return d == PoolDtype::fp32 ? 4 : 2;
-}
-inline const char* pool_dtype_name(PoolDtype d) {
-  return d == PoolDtype::fp32 ? "fp32" : "bf16";
-}
 
 struct GatedDeltaPoolArgs {
   int num_seqs = 0;
@@ -47,7 +39,7 @@ struct GatedDeltaPoolArgs {
   GateKind gate = GateKind::gdn;
   bool qk_l2norm = true;
   float scale = 0.0f;  // 0: d_k^-1/2
-  PoolDtype state_dtype = PoolDtype::fp32;
+  Dtype state_dtype = Dtype::fp32;
   void* state_pool = nullptr;
   int64_t pool_slots = 0;
   const int32_t* slot_ids = nullptr;

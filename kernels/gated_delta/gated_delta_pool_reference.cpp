@@ -46,8 +46,7 @@ std::vector<uint16_t> gated_delta_pool_reference(HostPoolBatch& b) {
   const int total_T = b.cu_seqlens.back();
   const size_t head = static_cast<size_t>(b.dv) * b.dk;
   const size_t slot_size = head * b.HV;
-  const size_t pool_elems =
-      b.state_dtype == PoolDtype::fp32 ? b.pool_fp32.size() : b.pool_bf16.size();
+  const size_t pool_elems = b.state_dtype == Dtype::fp32 ? b.pool_fp32.size() : b.pool_bf16.size();
   const int64_t pool_slots = static_cast<int64_t>(pool_elems / slot_size);
   const RecurrenceShape s = pool_batch_shape(b);
   std::vector<uint16_t> o(static_cast<size_t>(total_T) * b.HV * b.dv, 0);
@@ -62,11 +61,11 @@ std::vector<uint16_t> gated_delta_pool_reference(HostPoolBatch& b) {
     for (int h = 0; h < b.HV; ++h) {
       const size_t base = static_cast<size_t>(slot) * slot_size + h * head;
       for (size_t e = 0; e < head; ++e)
-        state[e] = b.state_dtype == PoolDtype::fp32 ? b.pool_fp32[base + e]
-                                                    : float_from_bf16_bits(b.pool_bf16[base + e]);
+        state[e] = b.state_dtype == Dtype::fp32 ? b.pool_fp32[base + e]
+                                                : float_from_bf16_bits(b.pool_bf16[base + e]);
       gated_delta_head_fp32(s, in, h, 0, T, state.data(), out.data());
       for (size_t e = 0; e < head; ++e) {
-        if (b.state_dtype == PoolDtype::fp32)
+        if (b.state_dtype == Dtype::fp32)
           b.pool_fp32[base + e] = state[e];
         else
           b.pool_bf16[base + e] = bf16_bits_from_float(state[e]);

@@ -17,7 +17,7 @@ struct HostPoolBatch {
   GateKind gate = GateKind::gdn;
   bool qk_l2norm = true;
   float scale = 0.0f;
-  PoolDtype state_dtype = PoolDtype::fp32;
+  Dtype state_dtype = Dtype::fp32;
   std::vector<float> pool_fp32;     // [pool_slots, HV, d_v, d_k] when state_dtype == fp32
   std::vector<uint16_t> pool_bf16;  // [pool_slots, HV, d_v, d_k] bf16 bits when bf16
   std::vector<int32_t> slot_ids;    // [num_seqs]

@@ -26,7 +26,7 @@ struct Case {
   const char* name;
   PoolGeometry geo;
   const char* codec;
-  PoolDtype active;
+  Dtype active;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -37,7 +37,7 @@ constexpr int kActiveSlots = 9, kCkptSlots = 13;
 const std::vector<int32_t> kSrc = {5, 1, 8}, kDst = {12, 3, 7}, kBack = {2, 6, 4};
 
 // Host active pool as fp32 values (bf16-exact when the active dtype is bf16).
-std::vector<float> make_active(const PoolGeometry& g, PoolDtype dtype, uint64_t seed) {
+std::vector<float> make_active(const PoolGeometry& g, Dtype dtype, uint64_t seed) {
   const size_t n = static_cast<size_t>(g.L) * kActiveSlots * g.HV * g.dv * g.dk;
   std::vector<float> a(n);
   Rng rng(seed);
@@ -47,7 +47,7 @@ std::vector<float> make_active(const PoolGeometry& g, PoolDtype dtype, uint64_t 
       x = (e % 2 ? 1.0 : -1.0) * (e % 3 == 0 ? 1e6 : 500.0);
     if (e % 1499 == 0) x = 0.0;                 // exact zeros
     if (e % 211 == 0) x = 1e-7 * rng.normal();  // tiny entries: subnormal fp8 paths
-    a[e] = dtype == PoolDtype::bf16 ? round_to_bf16(static_cast<float>(x)) : static_cast<float>(x);
+    a[e] = dtype == Dtype::bf16 ? round_to_bf16(static_cast<float>(x)) : static_cast<float>(x);
   }
   return a;
 }
@@ -60,8 +60,8 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
 }
 
 // Pool bytes of fp32 values in the active dtype (bf16: the values must be bf16 values).
-std::vector<uint8_t> active_bytes_of(const std::vector<float>& values, PoolDtype active) {
-  if (active == PoolDtype::fp32) return as_bytes(values);
+std::vector<uint8_t> active_bytes_of(const std::vector<float>& values, Dtype active) {
+  if (active == Dtype::fp32) return as_bytes(values);
   std::vector<uint16_t> b16(values.size());
   for (size_t e = 0; e < values.size(); ++e) b16[e] = bf16_bits_from_float(values[e]);
   return as_bytes(b16);
@@ -145,8 +145,8 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
   for (int l = 0; l < g.L; ++l)
     for (int32_t slot : kBack) {
       const size_t off =
-          (static_cast<size_t>(l) * kActiveSlots + slot) * g.HV * head * pool_dtype_bytes(c.active);
-      std::memset(active_before.data() + off, 0xFF, g.HV * head * pool_dtype_bytes(c.active));
+          (static_cast<size_t>(l) * kActiveSlots + slot) * g.HV * head * dtype_bytes(c.active);
+      std::memset(active_before.data() + off, 0xFF, g.HV * head * dtype_bytes(c.active));
     }
   Guarded<uint8_t> d_active2(active_before);
   StatePoolView av2{d_active2.data(), nullptr, d_aconv.data(), kActiveSlots};
@@ -155,7 +155,7 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
   const std::vector<uint8_t> loaded = d_active2.download();
   const std::vector<uint16_t> loaded_conv = d_aconv.download();
   std::vector<float> decoded(head);
-  const size_t ab = pool_dtype_bytes(c.active);
+  const size_t ab = dtype_bytes(c.active);
   for (int l = 0; l < g.L; ++l)
     for (int slot = 0; slot < kActiveSlots; ++slot) {
       const auto it = std::find(kBack.begin(), kBack.end(), slot);
@@ -171,7 +171,7 @@ TEST_P(CheckpointCodec, StoreAndLoadMatchCpuCodecBitForBit) {
         decode_head(codec, got_values.data() + hi * head * vb, got_scales.data() + hi * g.dk * sb,
                     g.dv, g.dk, decoded.data());
         for (size_t e = 0; e < head; ++e) {
-          if (c.active == PoolDtype::fp32) {
+          if (c.active == Dtype::fp32) {
             uint32_t a, b;
             std::memcpy(&a, loaded.data() + off + 4 * e, 4);
             std::memcpy(&b, &decoded[e], 4);
@@ -217,38 +217,38 @@ const PoolGeometry kOddHead4{2, 3, 25, 4, 24};    // bf16 copy fallback, 4-wide 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, CheckpointCodec,
     ::testing::Values(
-        Case{"int8_bf16_scale_fp32_active_small", kSmall, "int8_bf16_scale", PoolDtype::fp32},
-        Case{"int8_fp32_scale_fp32_active_small", kSmall, "int8_fp32_scale", PoolDtype::fp32},
-        Case{"int8_bf16_scale_bf16_active_small", kSmall, "int8_bf16_scale", PoolDtype::bf16},
-        Case{"int8_fp32_scale_fp32_active_oddk", kOddK, "int8_fp32_scale", PoolDtype::fp32},
-        Case{"int8_fp32_scale_fp32_active_qwen", kQwen, "int8_fp32_scale", PoolDtype::fp32},
-        Case{"int8_bf16_scale_bf16_active_qwen", kQwen, "int8_bf16_scale", PoolDtype::bf16},
-        Case{"int8_fp32_scale_fp32_active_ragged", kRagged, "int8_fp32_scale", PoolDtype::fp32},
-        Case{"int8_bf16_scale_bf16_active_tall", kTall, "int8_bf16_scale", PoolDtype::bf16},
-        Case{"fp8_fp32_scale_bf16_active_ragged", kRagged, "fp8_e4m3_fp32_scale", PoolDtype::bf16},
-        Case{"int8_fp32_scale_fp32_active_tall", kTall, "int8_fp32_scale", PoolDtype::fp32},
-        Case{"int8_bf16_scale_fp32_active_k96", kK96, "int8_bf16_scale", PoolDtype::fp32},
-        Case{"int8_fp32_scale_bf16_active_qwen", kQwen, "int8_fp32_scale", PoolDtype::bf16},
-        Case{"int8_bf16_scale_fp32_active_widek", kWideK, "int8_bf16_scale", PoolDtype::fp32},
-        Case{"int8_fp32_scale_fp32_active_k32", kK32, "int8_fp32_scale", PoolDtype::fp32},
-        Case{"fp8_fp32_scale_fp32_active_qwen", kQwen, "fp8_e4m3_fp32_scale", PoolDtype::fp32},
-        Case{"fp8_raw_bf16_active_qwen", kQwen, "fp8_e4m3_raw", PoolDtype::bf16},
-        Case{"bf16_copy_bf16_active_qwen", kQwen, "bf16", PoolDtype::bf16},
-        Case{"fp8_fp32_scale_fp32_active_small", kSmall, "fp8_e4m3_fp32_scale", PoolDtype::fp32},
-        Case{"fp8_bf16_scale_bf16_active_qwen", kQwen, "fp8_e4m3_bf16_scale", PoolDtype::bf16},
-        Case{"fp8_raw_fp32_active_small", kSmall, "fp8_e4m3_raw", PoolDtype::fp32},
-        Case{"fp8_raw_fp32_active_oddk", kOddK, "fp8_e4m3_raw", PoolDtype::fp32},
-        Case{"bf16_copy_fp32_active_qwen", kQwen, "bf16", PoolDtype::fp32},
-        Case{"bf16_copy_bf16_active_small", kSmall, "bf16", PoolDtype::bf16},
-        Case{"fp32_copy_fp32_active_qwen", kQwen, "fp32", PoolDtype::fp32},
-        Case{"fp32_copy_fp32_active_oddk", kOddK, "fp32", PoolDtype::fp32},
-        Case{"fp32_copy_fp32_active_small", kSmall, "fp32", PoolDtype::fp32},
-        Case{"fp32_copy_fp32_active_ragged", kRagged, "fp32", PoolDtype::fp32},
-        Case{"fp32_copy_fp32_active_oddhead", kOddHead, "fp32", PoolDtype::fp32},
-        Case{"bf16_copy_bf16_active_oddhead", kOddHead, "bf16", PoolDtype::bf16},
-        Case{"bf16_copy_bf16_active_oddk", kOddK, "bf16", PoolDtype::bf16},
-        Case{"bf16_copy_bf16_active_oddhead12", kOddHead12, "bf16", PoolDtype::bf16},
-        Case{"bf16_copy_bf16_active_oddhead4", kOddHead4, "bf16", PoolDtype::bf16}),
+        Case{"int8_bf16_scale_fp32_active_small", kSmall, "int8_bf16_scale", Dtype::fp32},
+        Case{"int8_fp32_scale_fp32_active_small", kSmall, "int8_fp32_scale", Dtype::fp32},
+        Case{"int8_bf16_scale_bf16_active_small", kSmall, "int8_bf16_scale", Dtype::bf16},
+        Case{"int8_fp32_scale_fp32_active_oddk", kOddK, "int8_fp32_scale", Dtype::fp32},
+        Case{"int8_fp32_scale_fp32_active_qwen", kQwen, "int8_fp32_scale", Dtype::fp32},
+        Case{"int8_bf16_scale_bf16_active_qwen", kQwen, "int8_bf16_scale", Dtype::bf16},
+        Case{"int8_fp32_scale_fp32_active_ragged", kRagged, "int8_fp32_scale", Dtype::fp32},
+        Case{"int8_bf16_scale_bf16_active_tall", kTall, "int8_bf16_scale", Dtype::bf16},
+        Case{"fp8_fp32_scale_bf16_active_ragged", kRagged, "fp8_e4m3_fp32_scale", Dtype::bf16},
+        Case{"int8_fp32_scale_fp32_active_tall", kTall, "int8_fp32_scale", Dtype::fp32},
+        Case{"int8_bf16_scale_fp32_active_k96", kK96, "int8_bf16_scale", Dtype::fp32},
+        Case{"int8_fp32_scale_bf16_active_qwen", kQwen, "int8_fp32_scale", Dtype::bf16},
+        Case{"int8_bf16_scale_fp32_active_widek", kWideK, "int8_bf16_scale", Dtype::fp32},
+        Case{"int8_fp32_scale_fp32_active_k32", kK32, "int8_fp32_scale", Dtype::fp32},
+        Case{"fp8_fp32_scale_fp32_active_qwen", kQwen, "fp8_e4m3_fp32_scale", Dtype::fp32},
+        Case{"fp8_raw_bf16_active_qwen", kQwen, "fp8_e4m3_raw", Dtype::bf16},
+        Case{"bf16_copy_bf16_active_qwen", kQwen, "bf16", Dtype::bf16},
+        Case{"fp8_fp32_scale_fp32_active_small", kSmall, "fp8_e4m3_fp32_scale", Dtype::fp32},
+        Case{"fp8_bf16_scale_bf16_active_qwen", kQwen, "fp8_e4m3_bf16_scale", Dtype::bf16},
+        Case{"fp8_raw_fp32_active_small", kSmall, "fp8_e4m3_raw", Dtype::fp32},
+        Case{"fp8_raw_fp32_active_oddk", kOddK, "fp8_e4m3_raw", Dtype::fp32},
+        Case{"bf16_copy_fp32_active_qwen", kQwen, "bf16", Dtype::fp32},
+        Case{"bf16_copy_bf16_active_small", kSmall, "bf16", Dtype::bf16},
+        Case{"fp32_copy_fp32_active_qwen", kQwen, "fp32", Dtype::fp32},
+        Case{"fp32_copy_fp32_active_oddk", kOddK, "fp32", Dtype::fp32},
+        Case{"fp32_copy_fp32_active_small", kSmall, "fp32", Dtype::fp32},
+        Case{"fp32_copy_fp32_active_ragged", kRagged, "fp32", Dtype::fp32},
+        Case{"fp32_copy_fp32_active_oddhead", kOddHead, "fp32", Dtype::fp32},
+        Case{"bf16_copy_bf16_active_oddhead", kOddHead, "bf16", Dtype::bf16},
+        Case{"bf16_copy_bf16_active_oddk", kOddK, "bf16", Dtype::bf16},
+        Case{"bf16_copy_bf16_active_oddhead12", kOddHead12, "bf16", Dtype::bf16},
+        Case{"bf16_copy_bf16_active_oddhead4", kOddHead4, "bf16", Dtype::bf16}),
     case_name);
 
 // E4M3 conversion on the GPU (fp8_raw store) against the CPU encoder on every code's value, every
@@ -275,7 +275,7 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
   Guarded<uint8_t> ckpt(std::vector<uint8_t>(values.size() * 2, 0xFF));
   Guarded<int32_t> one(std::vector<int32_t>{1});
   const Codec raw = parse_codec("fp8_e4m3_raw");
-  checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, PoolDtype::fp32,
+  checkpoint_store(g, {active.data(), nullptr, nullptr, 2}, Dtype::fp32,
                    {ckpt.data(), nullptr, nullptr, 2}, raw, one.data(), one.data(), 1);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint8_t> got = ckpt.download();
@@ -286,7 +286,7 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
 // The scale the codec gives a column whose largest magnitude is `amax` (spec numerics.md 3).
 float codec_scale(const Codec& c, float amax) {
   const float s = std::max(amax, 1e-8f) / (c.kind == CodecKind::int8 ? 127.0f : 448.0f);
-  return c.scale_dtype == ScaleDtype::bf16 ? round_to_bf16(s) : s;
+  return c.scale_dtype == Dtype::bf16 ? round_to_bf16(s) : s;
 }
 
 // Whether the code the kernels form before their exact fallback differs from the codec's for x in a
@@ -317,10 +317,10 @@ long cheap_code_misses(const Codec& c, const float* heads, const PoolGeometry& g
 // which they must be values of) with codec `c`, and compares every code and scale byte with the
 // CPU codec. The slot must hold inputs the cheap rounding alone gets wrong, so that a kernel
 // without its exact fallback fails.
-void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& pool,
-                              PoolDtype active, const Codec& c, const char* name) {
+void expect_store_matches_cpu(const PoolGeometry& g, const std::vector<float>& pool, Dtype active,
+                              const Codec& c, const char* name) {
   const size_t head = static_cast<size_t>(g.dv) * g.dk;
-  const char* dtype = active == PoolDtype::bf16 ? "bf16 active" : "fp32 active";
+  const char* dtype = active == Dtype::bf16 ? "bf16 active" : "fp32 active";
   ASSERT_GT(cheap_code_misses(c, pool.data() + g.HV * head, g), 0)
       << name << ", " << dtype << ": no input the cheap rounding alone gets wrong";
   Guarded<uint8_t> d_active(active_bytes_of(pool, active));
@@ -387,7 +387,7 @@ TEST_F(GpuTest, Int8StoreRoundsTiesLikeTheCpuCodec) {
         x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
       return x;
     };
-    expect_store_matches_cpu(g, probe_pool(g, value), PoolDtype::fp32, c, name);
+    expect_store_matches_cpu(g, probe_pool(g, value), Dtype::fp32, c, name);
   }
 }
 
@@ -413,7 +413,7 @@ TEST_F(GpuTest, Fp8StoreRoundsBoundariesLikeTheCpuCodec) {
         x = std::nextafter(x, u > 0 ? 1e9f : -1e9f);
       return x;
     };
-    expect_store_matches_cpu(g, probe_pool(g, value), PoolDtype::fp32, c, name);
+    expect_store_matches_cpu(g, probe_pool(g, value), Dtype::fp32, c, name);
   }
 }
 
@@ -455,7 +455,7 @@ TEST_F(GpuTest, Bf16StoreRoundsBoundariesLikeTheCpuCodec) {
       h0[j] = j % 2 ? -amax : amax;
     }
     for (size_t e = 0; e < head; ++e) h0[head + e] = -h0[e];
-    expect_store_matches_cpu(g, pool, PoolDtype::bf16, c, name);
+    expect_store_matches_cpu(g, pool, Dtype::bf16, c, name);
   }
 }
 
@@ -468,15 +468,15 @@ TEST(CheckpointCodecArguments, MisalignedPoolBufferIsRefused) {
   auto* off = reinterpret_cast<void*>(uintptr_t{0x10008});
   const auto* ids = reinterpret_cast<const int32_t*>(uintptr_t{0x20000});
   const std::string store_err = statecheck::test_support::error_of([&] {
-    checkpoint_store(g, {off, nullptr, nullptr, 2}, PoolDtype::bf16, {aligned, aligned, nullptr, 2},
-                     c, ids, ids, 1);
+    checkpoint_store(g, {off, nullptr, nullptr, 2}, Dtype::bf16, {aligned, aligned, nullptr, 2}, c,
+                     ids, ids, 1);
   });
   EXPECT_NE(store_err.find("active pool's temporal buffer is not 16-byte aligned"),
             std::string::npos)
       << "error: '" << store_err << "'";
   const std::string load_err = statecheck::test_support::error_of([&] {
-    checkpoint_load(g, {aligned, off, nullptr, 2}, c, {aligned, nullptr, nullptr, 2},
-                    PoolDtype::fp32, ids, ids, 1);
+    checkpoint_load(g, {aligned, off, nullptr, 2}, c, {aligned, nullptr, nullptr, 2}, Dtype::fp32,
+                    ids, ids, 1);
   });
   EXPECT_NE(load_err.find("checkpoint pool's scales buffer is not 16-byte aligned"),
             std::string::npos)
@@ -490,18 +490,18 @@ TEST(CheckpointCodecArguments, MisalignedPoolBufferIsRefused) {
 TEST(CheckpointCodecByteModel, StoreReadsTheActiveSideAndWritesTheCheckpointSide) {
   const PoolGeometry g{30, 8, 128, 128, 6144};
   const Codec c = parse_codec("int8_bf16_scale");
-  EXPECT_EQ(checkpoint_store_read_bytes(g, PoolDtype::fp32, 8), 125829120.0 + 2949120.0 + 64.0);
-  EXPECT_EQ(checkpoint_store_bytes(g, PoolDtype::fp32, c, 8) -
-                checkpoint_store_read_bytes(g, PoolDtype::fp32, 8),
-            31457280.0 + 491520.0 + 2949120.0);
-  EXPECT_EQ(checkpoint_store_read_bytes(g, PoolDtype::bf16, 1), 3932160.0 * 2 + 368640.0 + 8.0);
+  EXPECT_EQ(checkpoint_store_read_bytes(g, Dtype::fp32, 8), 125829120.0 + 2949120.0 + 64.0);
+  EXPECT_EQ(
+      checkpoint_store_bytes(g, Dtype::fp32, c, 8) - checkpoint_store_read_bytes(g, Dtype::fp32, 8),
+      31457280.0 + 491520.0 + 2949120.0);
+  EXPECT_EQ(checkpoint_store_read_bytes(g, Dtype::bf16, 1), 3932160.0 * 2 + 368640.0 + 8.0);
 }
 
 // Stores a two-slot pool whose slot 1 holds 0.01 everywhere except `bad` at (layer, head, row,
 // col) with `codec` and expects the store to refuse it with that position in the message, leaving
 // the offender's checkpoint bytes (prefilled with zeros) unwritten.
-void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, const char* codec,
-                          float bad, int layer, int head, int row, int col) {
+void expect_store_refuses(const PoolGeometry& g, Dtype active_dtype, const char* codec, float bad,
+                          int layer, int head, int row, int col) {
   const size_t head_elems = static_cast<size_t>(g.dv) * g.dk;
   std::vector<float> pool(static_cast<size_t>(g.L) * 2 * g.HV * head_elems, 0.01f);
   const size_t at = ((static_cast<size_t>(layer) * 2 + 1) * g.HV + head) * head_elems +
@@ -522,8 +522,8 @@ void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, const c
     EXPECT_EQ(stored[at * c.value_bytes() + b], 0) << codec << ": the offender was written";
   // A slot copy refuses the offender's whole run (8 KiB of its head, the last one partial) and
   // writes the head's other runs.
-  if ((c.kind == CodecKind::fp32 && active_dtype == PoolDtype::fp32) ||
-      (c.kind == CodecKind::bf16 && active_dtype == PoolDtype::bf16)) {
+  if ((c.kind == CodecKind::fp32 && active_dtype == Dtype::fp32) ||
+      (c.kind == CodecKind::bf16 && active_dtype == Dtype::bf16)) {
     constexpr size_t kRun = 8192;
     const size_t head_bytes = head_elems * c.value_bytes();
     const size_t head_at = (at - at % head_elems) * c.value_bytes();
@@ -548,14 +548,14 @@ void expect_store_refuses(const PoolGeometry& g, PoolDtype active_dtype, const c
 // staged kernel (bf16 active) and the slot copy (fp32 on fp32, bf16 on bf16; an offender in the
 // middle run of a head, then in the last unit of a head whose last run is partial): NaN and +-Inf.
 TEST_F(GpuTest, StoreRefusesNonFiniteWithPosition) {
-  expect_store_refuses({2, 3, 8, 4, 0}, PoolDtype::fp32, "int8_fp32_scale", NAN, 1, 2, 3, 1);
+  expect_store_refuses({2, 3, 8, 4, 0}, Dtype::fp32, "int8_fp32_scale", NAN, 1, 2, 3, 1);
   for (const float bad : {NAN, INFINITY, -INFINITY}) {
-    for (const PoolDtype active : {PoolDtype::fp32, PoolDtype::bf16})
+    for (const Dtype active : {Dtype::fp32, Dtype::bf16})
       expect_store_refuses({2, 2, 128, 128, 0}, active, "int8_fp32_scale", bad, 1, 1, 77, 45);
-    expect_store_refuses({2, 2, 128, 128, 0}, PoolDtype::fp32, "fp32", bad, 1, 1, 77, 45);
-    expect_store_refuses({2, 2, 128, 128, 0}, PoolDtype::bf16, "bf16", bad, 1, 1, 77, 45);
-    expect_store_refuses({3, 3, 60, 36, 0}, PoolDtype::fp32, "fp32", bad, 2, 2, 59, 35);
-    expect_store_refuses({3, 3, 60, 36, 0}, PoolDtype::bf16, "bf16", bad, 2, 1, 59, 34);
+    expect_store_refuses({2, 2, 128, 128, 0}, Dtype::fp32, "fp32", bad, 1, 1, 77, 45);
+    expect_store_refuses({2, 2, 128, 128, 0}, Dtype::bf16, "bf16", bad, 1, 1, 77, 45);
+    expect_store_refuses({3, 3, 60, 36, 0}, Dtype::fp32, "fp32", bad, 2, 2, 59, 35);
+    expect_store_refuses({3, 3, 60, 36, 0}, Dtype::bf16, "bf16", bad, 2, 1, 59, 34);
   }
 }
 

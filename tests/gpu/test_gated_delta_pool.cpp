@@ -26,7 +26,7 @@ struct Case {
   const char* name;
   int H, HV, dk, dv;
   GateKind gate;
-  PoolDtype dtype;
+  Dtype dtype;
   std::vector<int> lengths;  // tokens per sequence
   int max_seq_len = -1;      // the launch's hint; -1: 1 when every sequence has at most 1 token
   int max_blocks = 0;        // cap on the persistent decode grid (0: none)
@@ -49,7 +49,7 @@ HostPoolBatch make_batch(const Case& c, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> pool(n);
   for (auto& x : pool) x = static_cast<float>(0.06 * rng.normal());
-  if (c.dtype == PoolDtype::fp32)
+  if (c.dtype == Dtype::fp32)
     b.pool_fp32 = pool;
   else {
     b.pool_bf16.resize(n);
@@ -79,7 +79,7 @@ HostPoolBatch make_batch(const Case& c, uint64_t seed) {
 }
 
 float as_float(const HostPoolBatch& b, size_t e) {
-  return b.state_dtype == PoolDtype::fp32 ? b.pool_fp32[e] : float_from_bf16_bits(b.pool_bf16[e]);
+  return b.state_dtype == Dtype::fp32 ? b.pool_fp32[e] : float_from_bf16_bits(b.pool_bf16[e]);
 }
 
 // One launch of batch b (shapes from c) with the given hint, grid cap and outputs on or off.
@@ -105,8 +105,8 @@ Launch launch(const Case& c, const HostPoolBatch& b, int max_seq_len, int max_bl
   a.max_seq_len = max_seq_len, a.max_blocks = max_blocks;
   a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
   a.qk_l2norm = c.qk_l2norm;
-  a.state_pool = c.dtype == PoolDtype::fp32 ? static_cast<void*>(pool32.data())
-                                            : static_cast<void*>(pool16.data());
+  a.state_pool = c.dtype == Dtype::fp32 ? static_cast<void*>(pool32.data())
+                                        : static_cast<void*>(pool16.data());
   a.pool_slots = 12;
   a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
   a.g = g.data(), a.beta = beta.data(), a.o = with_outputs ? o.data() : nullptr;
@@ -139,7 +139,7 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
 
   const std::vector<uint16_t> o_ref = gated_delta_pool_reference(ref);
   HostPoolBatch got = before;
-  if (c.dtype == PoolDtype::fp32)
+  if (c.dtype == Dtype::fp32)
     got.pool_fp32 = run.pool32;
   else
     got.pool_bf16 = run.pool16;
@@ -160,7 +160,7 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
   const RecurrenceShape shape = pool_batch_shape(before);
   const size_t head = static_cast<size_t>(c.dv) * c.dk;
   const double scale = 1.0 / std::sqrt(double(c.dk));
-  const double bf16_state = c.dtype == PoolDtype::bf16 ? std::ldexp(1.0, -7) : 0.0;
+  const double bf16_state = c.dtype == Dtype::bf16 ? std::ldexp(1.0, -7) : 0.0;
   std::vector<int> seq_of_slot(12, -1);
   for (size_t n = 0; n < ref.slot_ids.size(); ++n)
     seq_of_slot[ref.slot_ids[n]] = static_cast<int>(n);
@@ -171,7 +171,7 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
       if (n < 0) {
         for (size_t e = 0; e < head; ++e) {
           const bool same =
-              c.dtype == PoolDtype::fp32
+              c.dtype == Dtype::fp32
                   ? std::memcmp(&got.pool_fp32[base + e], &before.pool_fp32[base + e], 4) == 0
                   : got.pool_bf16[base + e] == before.pool_bf16[base + e];
           ASSERT_TRUE(same) << "untouched slot " << slot << " changed at head " << h << " element "
@@ -182,7 +182,7 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
       const int t0 = ref.cu_seqlens[n], len = ref.cu_seqlens[n + 1] - t0;
       if (len == 0) {  // a sequence without tokens keeps its state bit for bit
         const bool same =
-            c.dtype == PoolDtype::fp32
+            c.dtype == Dtype::fp32
                 ? std::memcmp(&got.pool_fp32[base], &before.pool_fp32[base], head * 4) == 0
                 : std::equal(got.pool_bf16.begin() + base, got.pool_bf16.begin() + base + head,
                              before.pool_bf16.begin() + base);
@@ -214,7 +214,7 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
             << " bound " << B;
         diff_sq += (x - r) * (x - r);
       }
-      if (c.dtype == PoolDtype::fp32) {
+      if (c.dtype == Dtype::fp32) {
         ASSERT_LE(std::sqrt(diff_sq), B) << "slot " << slot << " head " << h << " (Frobenius)";
       }
       for (int t = t0; t < t0 + len; ++t)
@@ -242,42 +242,39 @@ const std::vector<int> kDecodeTrailingGap = {1, 1, 0, 1, 0};
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GatedDeltaPool,
     ::testing::Values(
-        Case{"gdn_fp32_d60_HV3H_decode", 2, 6, 60, 60, GateKind::gdn, PoolDtype::fp32, kDecode8},
-        Case{"gdn_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, PoolDtype::fp32, kVarlen},
-        Case{"kda_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::kda, PoolDtype::fp32, kVarlen},
-        Case{"gdn_bf16_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, PoolDtype::bf16, kVarlen},
+        Case{"gdn_fp32_d60_HV3H_decode", 2, 6, 60, 60, GateKind::gdn, Dtype::fp32, kDecode8},
+        Case{"gdn_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, Dtype::fp32, kVarlen},
+        Case{"kda_fp32_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::kda, Dtype::fp32, kVarlen},
+        Case{"gdn_bf16_d60_HV3H_varlen_T63", 2, 6, 60, 60, GateKind::gdn, Dtype::bf16, kVarlen},
         // bf16 decode: the packed variant, d_k 128 and 64, d_v not a multiple of its 64-row
         // blocks, GVA, sequences without tokens, and a one-token hint the batch does not keep.
-        Case{"kda_bf16_d128_decode_packed", 4, 4, 128, 128, GateKind::kda, PoolDtype::bf16,
-             kDecode8, -1, 0, false, true},
+        Case{"kda_bf16_d128_decode_packed", 4, 4, 128, 128, GateKind::kda, Dtype::bf16, kDecode8,
+             -1, 0, false, true},
         Case{"gdn_bf16_dk128_dv40_HV3H_decode_gaps_packed", 2, 6, 128, 40, GateKind::gdn,
-             PoolDtype::bf16, kDecodeGaps, -1, 0, false, true},
+             Dtype::bf16, kDecodeGaps, -1, 0, false, true},
         Case{"kda_bf16_dk64_dv96_hint_1_longer_seqs_packed", 2, 4, 64, 96, GateKind::kda,
-             PoolDtype::bf16, kLongerThanHint, 1, 0, false, true},
-        Case{"gdn_bf16_dk32_dv64_trailing_gap_packed", 1, 2, 32, 64, GateKind::gdn, PoolDtype::bf16,
+             Dtype::bf16, kLongerThanHint, 1, 0, false, true},
+        Case{"gdn_bf16_dk32_dv64_trailing_gap_packed", 1, 2, 32, 64, GateKind::gdn, Dtype::bf16,
              kDecodeTrailingGap, -1, 0, false, true},
-        Case{"gdn_bf16_d60_decode_gaps_general", 2, 6, 60, 60, GateKind::gdn, PoolDtype::bf16,
+        Case{"gdn_bf16_d60_decode_gaps_general", 2, 6, 60, 60, GateKind::gdn, Dtype::bf16,
              kDecodeGaps},
-        Case{"gdn_fp32_d128_H4_HV8_varlen", 4, 8, 128, 128, GateKind::gdn, PoolDtype::fp32,
-             kVarlen},
-        Case{"kda_fp32_d128_varlen", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32, kVarlen},
-        Case{"gdn_fp32_dk30_dv50_scalar_path", 1, 3, 30, 50, GateKind::gdn, PoolDtype::fp32,
-             kVarlen},
-        Case{"kda_fp32_dk64_dv64_decode", 2, 4, 64, 64, GateKind::kda, PoolDtype::fp32, kDecode8},
-        Case{"gdn_fp32_dk256_dv40", 1, 2, 256, 40, GateKind::gdn, PoolDtype::fp32, kVarlen},
+        Case{"gdn_fp32_d128_H4_HV8_varlen", 4, 8, 128, 128, GateKind::gdn, Dtype::fp32, kVarlen},
+        Case{"kda_fp32_d128_varlen", 4, 4, 128, 128, GateKind::kda, Dtype::fp32, kVarlen},
+        Case{"gdn_fp32_dk30_dv50_scalar_path", 1, 3, 30, 50, GateKind::gdn, Dtype::fp32, kVarlen},
+        Case{"kda_fp32_dk64_dv64_decode", 2, 4, 64, 64, GateKind::kda, Dtype::fp32, kDecode8},
+        Case{"gdn_fp32_dk256_dv40", 1, 2, 256, 40, GateKind::gdn, Dtype::fp32, kVarlen},
         // The staged decode variant (fp32, d_k = 128, d_v % 32 == 0, at least 16 tiles of 32
         // rows per block): 3 tiles per head (d_v 96) with GVA on 4 blocks (36 tiles each); 128
         // tiles on 3 blocks, so each block cycles its ring of 4 buffers about 11 times, with two
         // sequences without tokens; a one-token hint that the batch does not keep (3 and 2
         // tokens), on 2 blocks. The same decode without a grid cap takes the row kernel.
-        Case{"gdn_fp32_d128_dv96_HV3H_decode_staged", 2, 6, 128, 96, GateKind::gdn, PoolDtype::fp32,
+        Case{"gdn_fp32_d128_dv96_HV3H_decode_staged", 2, 6, 128, 96, GateKind::gdn, Dtype::fp32,
              kDecode8, -1, 4, true},
-        Case{"kda_fp32_d128_decode_staged_3_blocks", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32,
+        Case{"kda_fp32_d128_decode_staged_3_blocks", 4, 4, 128, 128, GateKind::kda, Dtype::fp32,
              kDecodeGaps, -1, 3, true},
-        Case{"gdn_fp32_d128_staged_hint_1_longer_seqs", 2, 4, 128, 64, GateKind::gdn,
-             PoolDtype::fp32, kLongerThanHint, 1, 2, true},
-        Case{"kda_fp32_d128_decode_rows", 4, 4, 128, 128, GateKind::kda, PoolDtype::fp32,
-             kDecodeGaps}),
+        Case{"gdn_fp32_d128_staged_hint_1_longer_seqs", 2, 4, 128, 64, GateKind::gdn, Dtype::fp32,
+             kLongerThanHint, 1, 2, true},
+        Case{"kda_fp32_d128_decode_rows", 4, 4, 128, 128, GateKind::kda, Dtype::fp32, kDecodeGaps}),
     case_name);
 
 bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
@@ -290,7 +287,7 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
 TEST_F(GpuTest, StagedDecodeMatchesRowKernelBitForBit) {
   for (GateKind gate : {GateKind::gdn, GateKind::kda}) {
     SCOPED_TRACE(gate == GateKind::gdn ? "gdn" : "kda");
-    const Case c{"bits", 2, 6, 128, 64, gate, PoolDtype::fp32, kDecodeGaps};
+    const Case c{"bits", 2, 6, 128, 64, gate, Dtype::fp32, kDecodeGaps};
     const HostPoolBatch b = make_batch(c, 99);
     const Launch staged = launch(c, b, 1, 2, true);  // 96 tiles on 2 blocks
     const Launch rows = launch(c, b, 0, 0, true);
@@ -321,7 +318,7 @@ TEST_F(GpuTest, PackedBf16DecodeMatchesRowKernelBitForBit) {
                        << (gate == GateKind::gdn ? "gdn" : "kda") << " d_k " << dk
                        << (lengths == &kLongerThanHint ? " longer" : " gaps") << " l2norm "
                        << l2norm);
-          Case c{"bits", 2, 6, dk, 72, gate, PoolDtype::bf16, *lengths};
+          Case c{"bits", 2, 6, dk, 72, gate, Dtype::bf16, *lengths};
           c.qk_l2norm = l2norm;
           const HostPoolBatch b = make_batch(c, 7);
           const Launch packed = launch(c, b, 1, 0, true);

@@ -1,4 +1,4 @@
-#include "core/cache/workload.h"
+#include "core/workloads/workload.h"
 
 #include <unordered_map>
 

@@ -18,21 +18,22 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/cache/payload.h"
-#include "core/cache/slot_allocator.h"
 #include "core/codec/codec.h"
+#include "core/pools/payload.h"
+#include "core/pools/slot_allocator.h"
 
 namespace statecheck {
 
 class ActivePool {
  public:
-  // `slots` = A >= 0. `bf16`: the temporal dtype is bf16 (values stored rounded to bf16).
-  ActivePool(int32_t slots, const PayloadShape& shape, bool bf16, bool payload);
+  // `slots` = A >= 0. `temporal`: the temporal dtype, fp32 or bf16 (bf16: values stored rounded
+  // to bf16); another dtype is an Error.
+  ActivePool(int32_t slots, const PayloadShape& shape, Dtype temporal, bool payload);
 
   SlotAllocator& allocator() { return alloc_; }
   const SlotAllocator& allocator() const { return alloc_; }
   bool has_payload() const { return payload_; }
-  bool bf16() const { return bf16_; }
+  Dtype temporal_dtype() const { return temporal_dtype_; }
   const PayloadShape& shape() const { return shape_; }
 
   // Payload rows of one slot (0..A); null without payload.
@@ -52,7 +53,7 @@ class ActivePool {
  private:
   SlotAllocator alloc_;
   PayloadShape shape_;
-  bool bf16_ = false;
+  Dtype temporal_dtype_ = Dtype::fp32;
   bool payload_ = false;
   std::vector<float> temporal_;
   std::vector<uint16_t> conv_;
@@ -61,7 +62,7 @@ class ActivePool {
 class CheckpointPool {
  public:
   // `slots` = C >= 0; `scale` = the int8 scale dtype (SGLang: the temporal dtype).
-  CheckpointPool(int32_t slots, const PayloadShape& shape, ScaleDtype scale, bool payload);
+  CheckpointPool(int32_t slots, const PayloadShape& shape, Dtype scale, bool payload);
 
   SlotAllocator& allocator() { return alloc_; }
   const SlotAllocator& allocator() const { return alloc_; }

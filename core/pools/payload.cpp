@@ -1,4 +1,4 @@
-#include "core/cache/payload.h"
+#include "core/pools/payload.h"
 
 #include "core/dtype/bf16.h"
 #include "core/util/rng.h"
@@ -31,7 +31,7 @@ inline float unit(uint64_t r) {
 
 }  // namespace
 
-void reference_state(uint64_t h, const PayloadShape& shape, bool bf16, float* temporal,
+void reference_state(uint64_t h, const PayloadShape& shape, Dtype temporal_dtype, float* temporal,
                      uint16_t* conv) {
   const StateShape& s = shape.temporal;
   const size_t heads = static_cast<size_t>(s.layers) * s.heads;
@@ -44,7 +44,7 @@ void reference_state(uint64_t h, const PayloadShape& shape, bool bf16, float* te
             0.01f +
             0.09f * (0.5f + 0.5f * unit(splitmix(h ^ (lh * 4099 + j) * 0xD1B54A32D192ED03ull)));
         const float v = amp * unit(splitmix(h + e * 0x9E3779B97F4A7C15ull));
-        temporal[e] = bf16 ? round_to_bf16(v) : v;
+        temporal[e] = temporal_dtype == Dtype::bf16 ? round_to_bf16(v) : v;
       }
     }
   }

@@ -1,4 +1,4 @@
-#include "core/cache/state_pool.h"
+#include "core/pools/state_pool.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,8 +7,10 @@
 
 namespace statecheck {
 
-ActivePool::ActivePool(int32_t slots, const PayloadShape& shape, bool bf16, bool payload)
-    : alloc_("active pool", slots), shape_(shape), bf16_(bf16), payload_(payload) {
+ActivePool::ActivePool(int32_t slots, const PayloadShape& shape, Dtype temporal, bool payload)
+    : alloc_("active pool", slots), shape_(shape), temporal_dtype_(temporal), payload_(payload) {
+  if (temporal != Dtype::fp32 && temporal != Dtype::bf16)
+    fail("active pool: temporal dtype {} is not fp32 or bf16", dtype_name(temporal));
   if (payload_) {
     temporal_.assign((static_cast<size_t>(slots) + 1) * shape_.temporal_elems(), 0.0f);
     conv_.assign((static_cast<size_t>(slots) + 1) * shape_.conv_elems, 0);
@@ -31,7 +33,7 @@ const uint16_t* ActivePool::conv(int32_t slot) const {
 }
 
 void ActivePool::write_reference(int32_t slot, uint64_t h) {
-  if (payload_) reference_state(h, shape_, bf16_, temporal(slot), conv(slot));
+  if (payload_) reference_state(h, shape_, temporal_dtype_, temporal(slot), conv(slot));
 }
 
 void ActivePool::clear_slot(int32_t slot) {
@@ -46,8 +48,7 @@ void ActivePool::copy(int32_t src, int32_t dst) {
   std::memcpy(conv(dst), conv(src), shape_.conv_elems * sizeof(uint16_t));
 }
 
-CheckpointPool::CheckpointPool(int32_t slots, const PayloadShape& shape, ScaleDtype scale,
-                               bool payload)
+CheckpointPool::CheckpointPool(int32_t slots, const PayloadShape& shape, Dtype scale, bool payload)
     : alloc_("checkpoint pool", slots), shape_(shape), payload_(payload) {
   codec_.kind = CodecKind::int8;
   codec_.scale_dtype = scale;
@@ -86,7 +87,7 @@ void CheckpointPool::load_to_active(int32_t c, ActivePool& active, int32_t a) co
   for (size_t head = 0; head < heads; ++head)
     decode_head(codec_, values + head * s.head_size(), scales + head * s.dk * codec_.scale_bytes(),
                 s.dv, s.dk, dst + head * s.head_size());
-  if (active.bf16())
+  if (active.temporal_dtype() == Dtype::bf16)
     for (size_t e = 0; e < shape_.temporal_elems(); ++e) dst[e] = round_to_bf16(dst[e]);
   std::memcpy(active.conv(a), conv_.data() + static_cast<size_t>(c) * shape_.conv_elems,
               shape_.conv_elems * sizeof(uint16_t));

@@ -1,4 +1,4 @@
-#include "core/cache/slot_allocator.h"
+#include "core/pools/slot_allocator.h"
 
 #include "core/util/error.h"
 

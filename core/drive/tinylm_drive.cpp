@@ -1,4 +1,4 @@
-#include "core/tinylm/tinylm_drive.h"
+#include "core/drive/tinylm_drive.h"
 
 #include <string>
 

@@ -1,5 +1,5 @@
 // Where the numerical experiments get their states and the tokens that extend them, resolved from
-// --drive / --states (spec experiments.md, "Input drives"):
+// a drive (docs/experiments.md, "Drives"):
 //   synthetic drives: one sequence; the state is built by a prefill from zero over drive tokens;
 //   'states': N states read from the file, extended by tokens of the model family's init drive;
 //   'tinylm': states and layer inputs of the shipped tiny language model on its held-out text.
@@ -11,17 +11,20 @@
 #include <vector>
 
 #include "core/drive/drive.h"
+#include "core/model/model_config.h"
 #include "core/recurrence/gated_delta.h"
 #include "core/state/state.h"
-#include "experiments/experiment.h"
 
 namespace statecheck {
 
 class StatesSource {
  public:
-  // Throws statecheck::Error for an unknown drive, a drive that does not match the model's gate
-  // kind, or an unreadable / mismatching states file.
-  static StatesSource from_options(const Options& o, const ModelConfig& m);
+  // The source of `drive` for model `m` (already TP-sharded), with the synthetic token streams
+  // drawn from `seed`. `tinylm_config`: the tiny model's config.json, read for drive 'tinylm'
+  // (it must describe the same shapes as `m`). Throws statecheck::Error for a drive that does not
+  // match the model's gate kind, or an unreadable / mismatching states file.
+  static StatesSource resolve(const DriveSpec& drive, uint64_t seed, const ModelConfig& m,
+                              const std::string& tinylm_config);
 
   int count() const { return count_; }           // sequences (states) measured
   bool has_prefill() const { return prefill_; }  // state built by a prefill from zero

@@ -1,4 +1,4 @@
-#include "core/io/states_file.h"
+#include "core/drive/states_file.h"
 
 #include <cmath>
 #include <cstdint>

@@ -1,11 +1,11 @@
-#include "experiments/states_source.h"
+#include "core/drive/states_source.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "core/io/states_file.h"
-#include "core/tinylm/tinylm_drive.h"
+#include "core/drive/states_file.h"
+#include "core/drive/tinylm_drive.h"
 #include "core/util/error.h"
 #include "core/util/rng.h"
 
@@ -15,14 +15,14 @@ uint64_t sequence_seed(uint64_t seed, int n) {
   return n == 0 ? seed : mix_seed(seed, static_cast<uint64_t>(n), 0x5EC);
 }
 
-StatesSource StatesSource::from_options(const Options& o, const ModelConfig& m) {
+StatesSource StatesSource::resolve(const DriveSpec& drive, uint64_t seed, const ModelConfig& m,
+                                   const std::string& tinylm_config) {
   StatesSource s;
-  s.drive_ = o.drive.empty() ? default_drive(m) : parse_drive(o.drive, o.states);
+  s.drive_ = drive;
   check_drive_matches_model(s.drive_, m);
   s.name_ = s.drive_.name();
-  const RecurrenceShape shape = RecurrenceShape::of_model(m);
+  const RecurrenceShape shape = recurrence_shape(m);
   const DriveKind token_kind = s.drive_.token_drive(m);
-  const uint64_t seed = o.seed;
   s.inputs_ = [shape, token_kind, seed](int n, int layer, int T) {
     return synthetic_inputs(token_kind, shape, sequence_seed(seed, n), layer, T);
   };
@@ -57,9 +57,8 @@ StatesSource StatesSource::from_options(const Options& o, const ModelConfig& m) 
       break;
     }
     case DriveKind::tinylm: {
-      // The tiny model's own shapes: --model must be its config (main.cpp substitutes it when
-      // --drive tinylm comes without --model); any other model is refused with both shapes.
-      auto lm = std::make_shared<TinyLMDrive>(tinylm_config_for(o.model));
+      // The tiny model's own shapes: any other model is refused with both shapes.
+      auto lm = std::make_shared<TinyLMDrive>(tinylm_config);
       lm->check_matches(m);
       s.count_ = lm->count();
       s.prefill_ = false;

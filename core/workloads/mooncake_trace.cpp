@@ -1,4 +1,4 @@
-#include "core/trace/mooncake_trace.h"
+#include "core/workloads/mooncake_trace.h"
 
 #include <algorithm>
 #include <cmath>

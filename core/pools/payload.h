@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype/dtype.h"
 #include "core/state/state.h"
 
 namespace statecheck {
@@ -37,8 +38,9 @@ uint64_t prefix_hash(const int32_t* tokens, size_t t);
 // Writes the reference state of a prefix with hash `h` into `temporal` [shape.temporal.size()]
 // and `conv` [shape.conv_elems]. Values are in [-0.1, 0.1) with a per-(layer, head, key-channel)
 // amplitude (a column structure like real states, so the int8 per-channel scales differ); with
-// `bf16` the temporal values are rounded to bf16 (round to nearest even). Deterministic for h.
-void reference_state(uint64_t h, const PayloadShape& shape, bool bf16, float* temporal,
+// `temporal_dtype` bf16 the temporal values are rounded to bf16 (round to nearest even); fp32 keeps
+// them. Deterministic for h.
+void reference_state(uint64_t h, const PayloadShape& shape, Dtype temporal_dtype, float* temporal,
                      uint16_t* conv);
 
 }  // namespace statecheck
