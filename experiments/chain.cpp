@@ -1,4 +1,4 @@
-// Experiment `chain`: state error after n chained checkpoints (spec experiments.md).
+// Experiment `chain`: state error after n chained checkpoints (docs/experiments.md, "chain").
 //
 // Over T tokens (2048 by default) a sequence is run twice in lockstep from the same start: the
 // reference fp32 recurrence, and a copy whose running state goes through a full encode/decode of
@@ -6,8 +6,13 @@
 // re-cached again and again. Reported: relerr of the chained state against the reference at
 // every checkpoint (drift along time) and at T, for n in {1, 2, 4, ..., 128}.
 //
-// Why it saturates (numerics.md section 1): with ||k|| = 1, beta in (0, 1) and g < 0 each step
-// contracts a perturbation, so errors injected by earlier checkpoints fade geometrically. The
+// The protocol runs on a recurrence backend (core/backend/recurrence_backend.h): the fp32
+// reference, and with --device cuda also the CUDA pool kernels (fp32 state pool, bf16 q/k/v; the
+// round trip is a donate and a copy-on-write through the checkpoint kernels), recorded under
+// chain/cuda against the GPU path's own reference.
+//
+// Why it saturates (docs/numerics.md, "Contraction"): with ||k|| = 1, beta in (0, 1) and g < 0 each
+// step contracts a perturbation, so errors injected by earlier checkpoints fade geometrically. The
 // ablation `no_contraction` removes that: g = 0 (no decay) and beta scaled by 1e-3 (the delta-rule
 // write almost never contracts); every injected error persists and the error grows ~ sqrt(n).
 // Per [layer, head] (group `per_head`): each head's errors, energy share and gates, and the
@@ -20,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "core/backend/recurrence_backend.h"
 #include "core/codec/codec.h"
 #include "core/drive/states_source.h"
 #include "core/metrics/contraction_model.h"
@@ -28,8 +34,12 @@
 #include "core/util/error.h"
 #include "core/util/parallel.h"
 #include "core/util/progress.h"
-#include "experiments/chain_cuda.h"
 #include "experiments/experiment.h"
+
+#ifdef STATECHECK_HAVE_CUDA
+#include "kernels/common/device.h"
+#include "kernels/host/cuda_backend.h"
+#endif
 
 namespace statecheck {
 
@@ -167,66 +177,69 @@ void write_per_head(H5Writer& file, const std::string& group, Summary& summary,
   summary.set(key + "saturation_ratio_over_model", measured_ratio / model_whole);
 }
 
-}  // namespace
+// What one backend measured: per layer the accumulators of both variants, their sum, and (with
+// keep_final) every layer's states at T: [layer][variant] the reference and [layer][variant][n
+// index] the chained states, [HV, d_v, d_k] each.
+struct ChainMeasurement {
+  std::vector<ChainAccumulator> per_layer;
+  ChainAccumulator total{0, {}};
+  std::vector<std::vector<std::vector<float>>> ref_at_T;
+  std::vector<std::vector<std::vector<std::vector<float>>>> chained_at_T;
+  double seconds = 0.0;
+};
 
-void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  check_device(o);
-  const StatesSource source = options_states_source(o, m);
-  const RecurrenceShape shape = recurrence_shape(m);
-  const Codec codec = parse_codec(o.codec, parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
-  const int T = o.chain_tokens;
-  std::vector<int> ns;
-  for (int n = 1; n <= 128; n *= 2) ns.push_back(n);
-  for (int n : ns)
-    if (T % n != 0) fail("chain: T = {} tokens is not divisible by n = {} checkpoints", T, n);
-  const int L_all = m.linear_layer_count();
-  if (o.chain_layers > L_all)
-    fail("--chain-layers {}: model {} has {} linear-attention layers", o.chain_layers, m.name,
-         L_all);
-  const int L = o.chain_layers > 0 ? o.chain_layers : (o.quick ? std::min(2, L_all) : L_all);
+// The chain protocol on `backend`, layers [0, L) of `source`'s state 0: per layer and variant,
+// the reference and one chained copy per n advance together in steps of T / 128 tokens; at each
+// checkpoint of n the chained state goes through the codec and its error against the reference
+// is accumulated per head.
+ChainMeasurement measure_chain(const RecurrenceBackend& backend, const StatesSource& source,
+                               const RecurrenceShape& shape, const Codec& codec, int T, int L,
+                               const std::vector<int>& ns, int threads, bool keep_final) {
   const int HV = shape.HV, dv = shape.dv, dk = shape.dk;
-  const size_t head = static_cast<size_t>(dv) * dk;
+  const size_t head = static_cast<size_t>(dv) * dk, layer = head * HV;
   const int variants = 2;  // 0: the drive as is; 1: ablation without contraction
-  const char* variant_names[variants] = {"", "ablation_no_contraction"};
-
-  fmt::print(
-      "chain: model {} (TP {}), drive {}, codec {} ({} scale), T {}, n in 1..128, layers {}/{}, {} "
-      "heads each\n",
-      m.name, m.tp, source.drive_name(), codec.kind_name(), dtype_name(codec.scale_dtype), T, L,
-      L_all, HV);
-  if (source.count() > 1)
-    fmt::print("chain: follows state 0 of the {} states of {} (one chained sequence)\n",
-               source.count(), source.drive_name());
-
-  std::vector<ChainAccumulator> per_layer(L, ChainAccumulator(variants, ns, HV, dk));
-  Progress progress("chain layers", L);
-  parallel_for(L, o.thread_count(), [&](int l) {
+  const int step = T / ns.back(), runs = static_cast<int>(ns.size());
+  ChainMeasurement r;
+  r.per_layer.assign(L, ChainAccumulator(variants, ns, HV, dk));
+  if (keep_final) {
+    r.ref_at_T.assign(L, std::vector<std::vector<float>>(variants));
+    r.chained_at_T.assign(L, std::vector<std::vector<std::vector<float>>>(
+                                 variants, std::vector<std::vector<float>>(runs)));
+  }
+  Progress progress(backend.name() == "cuda" ? "chain layers (cuda)" : "chain layers", L);
+  parallel_for(L, std::min(threads, backend.max_threads()), [&](int l) {
     const LayerInputs base = source.layer_inputs(0, l, T);
     const std::vector<float> initial = source.initial_layer_state(0, l);
-    ChainAccumulator& acc = per_layer[l];
-    std::vector<float> S_ref(head), tmp(head);
-    std::vector<std::vector<float>> S_n(ns.size(), std::vector<float>(head));
+    ChainAccumulator& acc = r.per_layer[l];
+    std::vector<float> S_ref(layer), S(layer);
     for (int v = 0; v < variants; ++v) {
       const LayerInputs in = v == 0 ? base : without_contraction(base);
       acc.rate[v] = contraction_rates(shape, in);
       acc.decay[v] = mean_log_decay(shape, in);
-      for (int h = 0; h < HV; ++h) {
-        const float* init = initial.data() + h * head;
-        std::copy(init, init + head, S_ref.begin());
-        for (auto& s : S_n) std::copy(init, init + head, s.begin());
-        for (int t = 0; t < T; ++t) {
-          gated_delta_head_fp32(shape, in, h, t, t + 1, S_ref.data(), nullptr);
-          for (size_t i = 0; i < ns.size(); ++i) {
-            gated_delta_head_fp32(shape, in, h, t, t + 1, S_n[i].data(), nullptr);
-            const int spacing = T / ns[i];
-            if ((t + 1) % spacing != 0) continue;
-            source.require_finite(S_n[i].data(), head, "chained state", 0, l, h, t + 1);
+      // States: 0 the reference, 1 + i the copy chained n_i times.
+      const std::unique_ptr<LayerRun> run = backend.bind(shape, in, 1 + runs);
+      for (int s = 0; s <= runs; ++s) run->write(s, initial.data());
+      for (int t0 = 0; t0 < T; t0 += step) {
+        const int t1 = t0 + step;
+        for (int s = 0; s <= runs; ++s) run->advance(s, t0, t1, nullptr);
+        bool ref_read = false;
+        for (int i = 0; i < runs; ++i) {
+          const int spacing = T / ns[i];
+          if (t1 % spacing != 0) continue;
+          if (!ref_read) run->read(0, S_ref.data()), ref_read = true;
+          run->read(1 + i, S.data());
+          for (int h = 0; h < HV; ++h) {
+            source.require_finite(S.data() + h * head, head, "chained state", 0, l, h, t1);
             if (i == 0)  // n = 1, its one checkpoint at T: the reference there too
-              source.require_finite(S_ref.data(), head, "reference state", 0, l, h, t + 1);
-            roundtrip_head(codec, S_n[i].data(), dv, dk, tmp.data(), {l, h});
-            S_n[i].swap(tmp);
-            const ErrorStats e = compare(S_ref.data(), S_n[i].data(), head);
-            const int c = (t + 1) / spacing - 1;
+              source.require_finite(S_ref.data() + h * head, head, "reference state", 0, l, h, t1);
+          }
+          run->roundtrip(1 + i, codec, l);
+          run->read(1 + i, S.data());
+          const int c = t1 / spacing - 1;
+          for (int h = 0; h < HV; ++h) {
+            const float* ref_h = S_ref.data() + h * head;
+            const float* S_h = S.data() + h * head;
+            const ErrorStats e = compare(ref_h, S_h, head);
             acc.err[v][i][c] += e.sum_sq_err;
             acc.ref[v][i][c] += e.sum_sq_ref;
             if (c == ns[i] - 1) {
@@ -234,21 +247,33 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
               acc.head_ref[v][i][h] = e.sum_sq_ref;
             }
             if (ns[i] == 1)  // one checkpoint, at T: the error energy of each key column
-              for (int r = 0; r < dv; ++r)
+              for (int row = 0; row < dv; ++row)
                 for (int j = 0; j < dk; ++j) {
-                  const size_t e_idx = static_cast<size_t>(r) * dk + j;
-                  const double d = static_cast<double>(S_n[i][e_idx]) - S_ref[e_idx];
+                  const size_t e_idx = static_cast<size_t>(row) * dk + j;
+                  const double d = static_cast<double>(S_h[e_idx]) - ref_h[e_idx];
                   acc.column_err_n1[v][static_cast<size_t>(h) * dk + j] += d * d;
                 }
           }
+          if (keep_final && t1 == T) r.chained_at_T[l][v][i] = S;
         }
+        if (keep_final && t1 == T) r.ref_at_T[l][v] = S_ref;
       }
     }
     progress.tick();
   });
-  ChainAccumulator total(variants, ns);
-  for (const auto& a : per_layer) total.merge(a);
+  r.total = ChainAccumulator(variants, ns);
+  for (const auto& a : r.per_layer) r.total.merge(a);
+  r.seconds = progress.elapsed();
+  return r;
+}
 
+// The reference backend's results: datasets under chain/ and the summary keys chain.*.
+void record_chain(const ChainMeasurement& r, const StatesSource& source, const Codec& codec,
+                  const std::vector<int>& ns, int T, int L, int HV, int dk, H5Writer& file,
+                  Summary& summary) {
+  const int variants = 2;
+  const char* variant_names[variants] = {"", "ablation_no_contraction"};
+  const ChainAccumulator& total = r.total;
   const std::string g = "chain";
   file.group(g);
   file.attr(g, "drive", source.drive_name());
@@ -268,8 +293,8 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     std::vector<double> positions(ns.size() * 128, std::nan(""));
     for (size_t i = 0; i < ns.size(); ++i) {
       for (int c = 0; c < ns[i]; ++c) {
-        const double r = total.ref[v][i][c];
-        along[i * 128 + c] = r > 0 ? std::sqrt(total.err[v][i][c] / r) : 0.0;
+        const double ref = total.ref[v][i][c];
+        along[i * 128 + c] = ref > 0 ? std::sqrt(total.err[v][i][c] / ref) : 0.0;
         positions[i * 128 + c] = static_cast<double>(c + 1) * (T / ns[i]);
       }
       relerr[i] = along[i * 128 + ns[i] - 1];
@@ -291,14 +316,98 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
                "token position of checkpoint c for each n; NaN past n");
     file.write_scalar(vg + "/saturation_ratio", n32 > 0 ? n128 / n32 : NAN, "1",
                       "relerr(n=128) / relerr(n=32)");
-    write_per_head(file, vg + "/per_head", summary, key, per_layer, v, ns, T, L, HV, dk,
+    write_per_head(file, vg + "/per_head", summary, key, r.per_layer, v, ns, T, L, HV, dk,
                    n32 > 0 ? n128 / n32 : NAN);
   }
+}
+
+// A second backend's results, against its own reference at T: chain/cuda and the summary keys
+// cuda.chain.*. The sums run over every element of every measured layer, in layer order.
+[[maybe_unused]] void record_chain_device(const ChainMeasurement& r, const std::vector<int>& ns,
+                                          int L, const std::string& device, H5Writer& file,
+                                          Summary& summary) {
+  std::vector<std::vector<double>> e2(2, std::vector<double>(ns.size(), 0.0)), r2 = e2;
+  for (int l = 0; l < L; ++l)
+    for (int v = 0; v < 2; ++v)
+      for (size_t i = 0; i < ns.size(); ++i) {
+        const std::vector<float>& ref = r.ref_at_T[l][v];
+        const std::vector<float>& x = r.chained_at_T[l][v][i];
+        for (size_t e = 0; e < ref.size(); ++e) {
+          const double d = double(x[e]) - ref[e];
+          e2[v][i] += d * d;
+          r2[v][i] += double(ref[e]) * ref[e];
+        }
+      }
+  const std::string g = "chain/cuda";
+  file.group(g);
+  file.attr(g, "device", device);
+  file.attr(g, "layers_measured", static_cast<int64_t>(L));
+  const char* names[2] = {"", "ablation_no_contraction."};
+  for (int v = 0; v < 2; ++v) {
+    std::vector<double> rel(ns.size());
+    for (size_t i = 0; i < ns.size(); ++i) {
+      rel[i] = r2[v][i] > 0 ? std::sqrt(e2[v][i] / r2[v][i]) : 0.0;
+      summary.set(fmt::format("cuda.chain.{}relerr_n{}", names[v], ns[i]), rel[i]);
+    }
+    const double ratio = rel[5] > 0 ? rel[7] / rel[5] : std::nan("");
+    summary.set(fmt::format("cuda.chain.{}saturation_ratio", names[v]), ratio);
+    file.write(g + (v ? "/ablation_no_contraction" : "") + "/relerr", rel, {ns.size()}, "1",
+               "GPU path: relative error at T after n chained checkpoints against the GPU "
+               "reference, per n");
+  }
+  fmt::print(
+      "chain (cuda): relerr n1 {:.4g}, n32 {:.4g}, n128 {:.4g}, saturation {:.3f}; ablation "
+      "{:.3f}\n",
+      summary.get("cuda.chain.relerr_n1"), summary.get("cuda.chain.relerr_n32"),
+      summary.get("cuda.chain.relerr_n128"), summary.get("cuda.chain.saturation_ratio"),
+      summary.get("cuda.chain.ablation_no_contraction.saturation_ratio"));
+}
+
+}  // namespace
+
+void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
+  check_device(o);
+  const StatesSource source = options_states_source(o, m);
+  const RecurrenceShape shape = recurrence_shape(m);
+  const Codec codec = parse_codec(o.codec, parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
+  const int T = o.chain_tokens;
+  std::vector<int> ns;
+  for (int n = 1; n <= 128; n *= 2) ns.push_back(n);
+  for (int n : ns)
+    if (T % n != 0) fail("chain: T = {} tokens is not divisible by n = {} checkpoints", T, n);
+  const int L_all = m.linear_layer_count();
+  if (o.chain_layers > L_all)
+    fail("--chain-layers {}: model {} has {} linear-attention layers", o.chain_layers, m.name,
+         L_all);
+  const int L = o.chain_layers > 0 ? o.chain_layers : (o.quick ? std::min(2, L_all) : L_all);
+  const bool cuda = o.device == "cuda";
+
+  fmt::print(
+      "chain: model {} (TP {}), drive {}, codec {} ({} scale), T {}, n in 1..128, layers {}/{}, {} "
+      "heads each\n",
+      m.name, m.tp, source.drive_name(), codec.kind_name(), dtype_name(codec.scale_dtype), T, L,
+      L_all, shape.HV);
+  if (source.count() > 1)
+    fmt::print("chain: follows state 0 of the {} states of {} (one chained sequence)\n",
+               source.count(), source.drive_name());
+
+  const std::unique_ptr<RecurrenceBackend> cpu = cpu_fp32_backend();
+  const ChainMeasurement ref =
+      measure_chain(*cpu, source, shape, codec, T, L, ns, o.thread_count(), false);
+  record_chain(ref, source, codec, ns, T, L, shape.HV, shape.dk, file, summary);
+  double seconds = ref.seconds;
+  if (cuda) {
 #ifdef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda")
-    run_chain_cuda(m, source, codec, T, L, kAblationBetaFactor, file, summary);
+    const std::unique_ptr<RecurrenceBackend> gpu = cuda::cuda_backend();
+    const ChainMeasurement dev =
+        measure_chain(*gpu, source, shape, codec, T, L, ns, o.thread_count(), true);
+    record_chain_device(dev, ns, L, cuda::device_description(), file, summary);
+    seconds += dev.seconds;
+#else
+    fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif
-  fmt::print("chain: {:.1f} s\n", progress.elapsed());
+  }
+  fmt::print("chain: {:.1f} s\n", seconds);
 }
 
 }  // namespace statecheck

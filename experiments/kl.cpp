@@ -1,5 +1,5 @@
 // Experiment `kl`: how far restoring a language model's state from a checkpoint codec moves its
-// next-byte predictions (spec numerics.md section 3, "Logit level"; experiments.md, `kl`).
+// next-byte predictions (docs/experiments.md, "kl").
 //
 // Model: the tiny byte-level gated-delta model of data/tinylm (core/tinylm/tinylm.h), or the
 // tiny-model config given with --model. Text: its held-out evaluation text (eval.txt).
@@ -33,6 +33,7 @@
 
 #include <fmt/format.h>
 
+#include "core/backend/recurrence_backend.h"
 #include "core/codec/codec.h"
 #include "core/metrics/error_metrics.h"
 #include "core/tinylm/logit_metrics.h"
@@ -43,9 +44,8 @@
 #include "experiments/experiment.h"
 
 #ifdef STATECHECK_HAVE_CUDA
-#include "core/dtype/bf16.h"
 #include "kernels/common/device.h"
-#include "kernels/gated_delta/gated_delta_pool.h"
+#include "kernels/host/cuda_backend.h"
 #endif
 
 namespace statecheck {
@@ -62,46 +62,6 @@ struct Variant {
   std::string description;
   bool cuda = false;  // the GPU recurrence from the exact state (codec: fp32)
 };
-
-#ifdef STATECHECK_HAVE_CUDA
-// One layer's recurrence on the GPU: the pool-indexed kernel on a one-slot fp32 pool holding S;
-// q, k, v rounded to bf16 (the kernel's input dtype), outputs returned as bf16 values.
-RecurrenceFn cuda_layer_recurrence() {
-  return [](const RecurrenceShape& s, const LayerInputs& in, float* S_hvk, float* o_thv) {
-    using namespace statecheck::cuda;
-    auto bits = [](const std::vector<float>& a) {
-      std::vector<uint16_t> out(a.size());
-      for (size_t i = 0; i < a.size(); ++i) out[i] = bf16_bits_from_float(a[i]);
-      return out;
-    };
-    const size_t slot = static_cast<size_t>(s.HV) * s.dv * s.dk;
-    const size_t outputs = static_cast<size_t>(in.T) * s.HV * s.dv;
-    DeviceBuffer<float> pool(slot);
-    STATECHECK_CUDA_CHECK(
-        cudaMemcpy(pool.data(), S_hvk, slot * sizeof(float), cudaMemcpyHostToDevice));
-    DeviceBuffer<uint16_t> q = to_device(bits(in.q)), k = to_device(bits(in.k)),
-                           v = to_device(bits(in.v));
-    DeviceBuffer<float> g = to_device(in.g), beta = to_device(in.beta);
-    DeviceBuffer<int32_t> slots = to_device(std::vector<int32_t>{0});
-    DeviceBuffer<int32_t> cu = to_device(std::vector<int32_t>{0, in.T});
-    DeviceBuffer<uint16_t> o(outputs);
-    o.fill_bytes(0xFF);  // NaN until the kernel writes
-    GatedDeltaPoolArgs a;
-    a.num_seqs = 1, a.H = s.H, a.HV = s.HV, a.dk = s.dk, a.dv = s.dv, a.gate = s.gate;
-    a.qk_l2norm = s.qk_l2norm, a.scale = s.scale, a.state_dtype = Dtype::fp32;
-    a.state_pool = pool.data(), a.pool_slots = 1, a.slot_ids = slots.data(),
-    a.cu_seqlens = cu.data();
-    a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data(), a.beta = beta.data(),
-    a.o = o.data();
-    gated_delta_pool(a);
-    STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
-    STATECHECK_CUDA_CHECK(
-        cudaMemcpy(S_hvk, pool.data(), slot * sizeof(float), cudaMemcpyDeviceToHost));
-    const std::vector<uint16_t> ob = o.download();
-    for (size_t i = 0; i < outputs; ++i) o_thv[i] = float_from_bf16_bits(ob[i]);
-  };
-}
-#endif
 
 std::vector<Variant> kl_variants(bool cuda) {
   std::vector<Variant> v;
@@ -158,10 +118,17 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
   if (o.device != "cpu" && o.device != "cuda")
     fail("--device must be cpu or cuda, got '{}'", o.device);
   const bool cuda = o.device == "cuda";
+  // The recurrence backends the variants continue on (core/backend/recurrence_backend.h).
+  const std::unique_ptr<RecurrenceBackend> fp32 = cpu_fp32_backend(),
+                                           bf16_state = cpu_fp32_backend(Dtype::bf16);
+  std::unique_ptr<RecurrenceBackend> gpu;
 #ifdef STATECHECK_HAVE_CUDA
-  std::string why;
-  if (cuda && !cuda::device_available(&why)) fail("kl: --device cuda: {}", why);
-  if (cuda) fmt::print("kl (cuda): {}\n", cuda::device_description());
+  if (cuda) {
+    std::string why;
+    if (!cuda::device_available(&why)) fail("kl: --device cuda: {}", why);
+    fmt::print("kl (cuda): {}\n", cuda::device_description());
+    gpu = cuda::cuda_backend();
+  }
 #else
   if (cuda) fail("kl: --device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif
@@ -257,10 +224,7 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
         }
       } else {
         ForwardOptions opt;
-        opt.storage = var.bf16_state ? Dtype::bf16 : Dtype::fp32;
-#ifdef STATECHECK_HAVE_CUDA
-        if (var.cuda) opt.recurrence = cuda_layer_recurrence();
-#endif
+        opt.recurrence = layer_recurrence(var.cuda ? *gpu : var.bf16_state ? *bf16_state : *fp32);
         z = model.forward(cont, Tc, st, opt);
       }
       for (int t = 0; t < Tc; ++t) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace statecheck {
 
@@ -39,6 +40,13 @@ inline float float_from_bf16_bits(uint16_t b) {
 // fp32 value rounded to the nearest bf16 value (returned as fp32, exactly representable in bf16).
 inline float round_to_bf16(float f) {
   return float_from_bf16_bits(bf16_bits_from_float(f));
+}
+
+// Each value of `a` as bf16 bits (round to nearest even), e.g. q, k, v for a bf16 kernel input.
+inline std::vector<uint16_t> bf16_bits(const std::vector<float>& a) {
+  std::vector<uint16_t> out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = bf16_bits_from_float(a[i]);
+  return out;
 }
 
 }  // namespace statecheck

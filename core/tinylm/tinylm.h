@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend/recurrence_backend.h"
 #include "core/model/model_config.h"
 #include "core/recurrence/gated_delta.h"
 #include "core/state/state.h"
@@ -94,10 +95,9 @@ struct TinyLMState {
 };
 
 // Runs the recurrence of one layer over all T tokens of `in` from S_hvk [HV, d_v, d_k] (updated
-// in place), writing o [T, HV, d_v]. Lets a caller substitute another implementation (a GPU
-// kernel) for gated_delta_layer_fp32.
-using RecurrenceFn = std::function<void(const RecurrenceShape& shape, const LayerInputs& in,
-                                        float* S_hvk, float* o_thv)>;
+// in place), writing o [T, HV, d_v]. Lets a caller substitute another implementation (a backend
+// of core/backend/recurrence_backend.h, through layer_recurrence()) for gated_delta_layer_fp32.
+using RecurrenceFn = LayerRecurrenceFn;
 
 struct ForwardOptions {
   // How the temporal state is kept between tokens (fp32, or rounded to bf16 after every token as a
