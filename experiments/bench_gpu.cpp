@@ -1,5 +1,5 @@
 // `statecheck bench --device cuda`: the CUDA paths against the copy bandwidth of the same GPU,
-// measured in the same run (spec experiments.md; issue "CUDA paths"). Every kernel is validated
+// measured in the same run (docs/gpu.md, "How figures are measured"). Every kernel is validated
 // against its CPU reference on the benchmark's own data before it is timed; a kernel that fails
 // its check gets no speed printed (and the run fails). Byte models: gated_delta_pool_bytes and
 // checkpoint_store_bytes. Timing: CUDA events, L2 flushed before each repeat, launches replayed
@@ -29,6 +29,7 @@
 #include "kernels/common/timing.h"
 #include "kernels/gated_delta/gated_delta_pool.h"
 #include "kernels/gated_delta/gated_delta_pool_reference.h"
+#include "kernels/host/layer_upload.h"
 
 namespace statecheck {
 
@@ -253,12 +254,8 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           const LayerInputs in =
               synthetic_inputs(sh.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda,
                                rs, mix_seed(o.seed, 3), 0, B * T);
-          auto bits = [](const std::vector<float>& a) {
-            std::vector<uint16_t> r(a.size());
-            for (size_t i = 0; i < a.size(); ++i) r[i] = bf16_bits_from_float(a[i]);
-            return r;
-          };
-          hb.q = bits(in.q), hb.k = bits(in.k), hb.v = bits(in.v), hb.g = in.g, hb.beta = in.beta;
+          hb.q = bf16_bits(in.q), hb.k = bf16_bits(in.k), hb.v = bf16_bits(in.v), hb.g = in.g,
+          hb.beta = in.beta;
           DeviceBuffer<float> d_pool32;
           DeviceBuffer<uint16_t> d_pool16;
           if (dt == Dtype::fp32)
@@ -266,21 +263,14 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           else
             d_pool16.upload(hb.pool_bf16);
           DeviceBuffer<int32_t> d_ids = to_device(hb.slot_ids), d_cu = to_device(hb.cu_seqlens);
-          DeviceBuffer<uint16_t> d_q = to_device(hb.q), d_k = to_device(hb.k),
-                                 d_v = to_device(hb.v);
-          DeviceBuffer<float> d_g = to_device(hb.g), d_beta = to_device(hb.beta);
+          const DeviceLayerInputs d_in = upload_layer_inputs(rs, in);
           DeviceBuffer<uint16_t> d_o(static_cast<size_t>(B) * T * sh.HV * dv);
           d_o.fill_bytes(0xFF);
-          GatedDeltaPoolArgs a;
-          a.num_seqs = B, a.H = sh.H, a.HV = sh.HV, a.dk = dk, a.dv = dv, a.gate = sh.gate,
-          a.state_dtype = dt;
-          a.max_seq_len = T;
-          a.state_pool = dt == Dtype::fp32 ? static_cast<void*>(d_pool32.data())
-                                           : static_cast<void*>(d_pool16.data());
-          a.pool_slots = slots;
-          a.slot_ids = d_ids.data(), a.cu_seqlens = d_cu.data(), a.q = d_q.data(), a.k = d_k.data(),
-          a.v = d_v.data();
-          a.g = d_g.data(), a.beta = d_beta.data(), a.o = d_o.data();
+          GatedDeltaPoolArgs a =
+              pool_args(rs, dt,
+                        dt == Dtype::fp32 ? static_cast<void*>(d_pool32.data())
+                                          : static_cast<void*>(d_pool16.data()),
+                        slots, d_in, 0, B, d_ids.data(), d_cu.data(), d_o.data(), T);
           // Validate one launch against the CPU reference (decode: all sequences; prefill: the
           // first 4).
           gated_delta_pool(a);

@@ -17,20 +17,130 @@
 // caches up to C = 512 states in the checkpoint pool. knee_K: the largest swept K up to which
 // reuse_frac stays >= half of its value at the smallest K.
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/util/error.h"
 
 #include <fmt/format.h>
 
+#include "core/backend/serving_backend.h"
 #include "core/memory/memory_budget.h"
 #include "core/util/progress.h"
 #include "core/workloads/workload.h"
 #include "experiments/cache_common.h"
-#include "experiments/capacity_cuda.h"
 #include "experiments/experiment.h"
 
+#ifdef STATECHECK_HAVE_CUDA
+#include "kernels/host/serving_backend.h"
+#endif
+
 namespace statecheck {
+
+namespace {
+
+// The PROBE requests of one sweep point, as the cache model served them.
+struct CapacityProbes {
+  std::string mode;  // bf16 | int8
+  int K = 0;
+  std::vector<RequestRecord> probes;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double idx = p * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(idx)), hi = static_cast<size_t>(std::ceil(idx));
+  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
+}
+
+// The serving shape of model `m` for the cost replay: its real per-slot state shape, the
+// temporal and int8 scale dtypes of the options, 8 request slots.
+[[maybe_unused]] ServingShape capacity_serving_shape(const ModelConfig& m, const StateDtypes& dt) {
+  ServingShape s;
+  s.layer = recurrence_shape(m);
+  s.layers = m.linear_layer_count();
+  s.conv_elems = static_cast<int64_t>(m.conv_dim_shard()) * (m.conv_width - 1);
+  s.temporal = dt.temporal;
+  s.checkpoint = parse_codec("int8", dt.scale);
+  s.parallel = 8;
+  return s;
+}
+
+// What a hit and a miss cost on a serving backend (core/backend/serving_backend.h): for each
+// sweep point the PROBE requests are replayed with the hit lengths the cache model decided
+// (`cached_tokens`), an even sample of at most `max_samples` of them; latency per probe launched
+// alone, throughput of the sample in batches of 8. Recorded under capacity/cuda with the summary
+// keys capacity.cuda.*.
+[[maybe_unused]] void record_probe_costs(ServingBackend& backend,
+                                         const std::vector<CapacityProbes>& points,
+                                         size_t max_samples, H5Writer& file, Summary& summary) {
+  std::vector<double> donate_ms;
+  for (int r = 0; r < 5; ++r) donate_ms.push_back(backend.donate_ms());
+  const std::string gname = "capacity/cuda";
+  file.group(gname);
+  file.attr(gname, "device", backend.description());
+  file.attr(gname, "work",
+            std::string("linear-attention state work only: copy-on-write + recurrent prefill of "
+                        "the uncached tokens, all linear layers, project kernels"));
+  file.write_scalar(gname + "/donate_ms", percentile(donate_ms, 0.5), "ms",
+                    "median time of one int8 donate (checkpoint_store of one slot, all layers)");
+  summary.set("capacity.cuda.donate_ms", percentile(donate_ms, 0.5));
+  std::vector<double> all_hits, all_misses;
+  fmt::print("capacity (cuda): {}\n  {:>5} {:>5} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
+             backend.description(), "mode", "K", "probes", "p50 ms", "p90 ms", "p99 ms",
+             "probes/s");
+  for (const auto& pt : points) {
+    const RestoreFrom from =
+        pt.mode == "int8" ? RestoreFrom::checkpoint_pool : RestoreFrom::active_pool;
+    std::vector<ServedRequest> sample;
+    const size_t n = pt.probes.size(), take = std::min(n, max_samples);
+    for (size_t i = 0; i < take; ++i) {
+      const RequestRecord& r = pt.probes[i * n / take];
+      sample.push_back({r.prompt_len, r.cached_tokens});
+    }
+    std::vector<double> lat, hit_lat, miss_lat;
+    for (const auto& r : sample) {
+      const double ms = backend.serve_ms(r, from);
+      lat.push_back(ms);
+      (r.cached_tokens > 0 ? hit_lat : miss_lat).push_back(ms);
+    }
+    const double total_ms = backend.serve_batches_ms(sample, from);
+    const double rps = sample.size() / (total_ms * 1e-3);
+    all_hits.insert(all_hits.end(), hit_lat.begin(), hit_lat.end());
+    all_misses.insert(all_misses.end(), miss_lat.begin(), miss_lat.end());
+    const std::string key = fmt::format("capacity.cuda.{}.K{}", pt.mode, pt.K);
+    const std::string pg = fmt::format("{}/{}/K{}", gname, pt.mode, pt.K);
+    file.write(pg + "/probe_latency_ms", lat, {lat.size()}, "ms",
+               "per sampled PROBE request, launched alone");
+    file.write_scalar(pg + "/throughput_rps", rps, "requests/s", "sampled probes in batches of 8");
+    file.write_scalar(pg + "/hit_fraction",
+                      sample.empty() ? 0.0 : double(hit_lat.size()) / sample.size(), "1",
+                      "share of the sampled probes served from the cache");
+    for (const auto& [name, p] :
+         {std::pair<const char*, double>{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}}) {
+      summary.set(key + ".probe_" + name + "_ms", percentile(lat, p));
+      file.write_scalar(pg + "/probe_" + name + "_ms", percentile(lat, p), "ms",
+                        "latency percentile of the probes");
+    }
+    summary.set(key + ".throughput_rps", rps);
+    fmt::print("  {:>5} {:>5} {:>7} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.1f}\n", pt.mode, pt.K,
+               sample.size(), percentile(lat, 0.5), percentile(lat, 0.9), percentile(lat, 0.99),
+               rps);
+  }
+  const double hit = percentile(all_hits, 0.5), miss = percentile(all_misses, 0.5);
+  summary.set("capacity.cuda.hit_p50_ms", hit);
+  summary.set("capacity.cuda.miss_p50_ms", miss);
+  summary.set("capacity.cuda.miss_over_hit", hit > 0 ? miss / hit : std::nan(""));
+  file.write_scalar(gname + "/hit_p50_ms", hit, "ms",
+                    "median latency of a probe served from the cache");
+  file.write_scalar(gname + "/miss_p50_ms", miss, "ms",
+                    "median latency of a probe recomputed from scratch");
+  fmt::print("  hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f}), donate {:.3f} ms\n", hit, miss,
+             miss / hit, percentile(donate_ms, 0.5));
+}
+
+}  // namespace
 
 void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   check_device(o);
@@ -147,9 +257,18 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
       fmt::print("capacity: {} reuses nothing even at K = {} (knee_K 0: no knee in the range{})\n",
                  mode, Ks[0],
                  std::string(mode) == "bf16" ? "; knee_ratio is then 0, not a comparison" : "");
+  if (o.device == "cuda") {
 #ifdef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda") run_capacity_cuda(o, m, gpu_points, file, summary);
+    int64_t max_prompt = 1;
+    for (const auto& pt : gpu_points)
+      for (const auto& r : pt.probes) max_prompt = std::max(max_prompt, r.prompt_len);
+    const std::unique_ptr<ServingBackend> backend =
+        cuda::cuda_serving_backend(capacity_serving_shape(m, dt), max_prompt, o.seed);
+    record_probe_costs(*backend, gpu_points, o.quick ? 16 : 64, file, summary);
+#else
+    fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif
+  }
 }
 
 }  // namespace statecheck

@@ -1,0 +1,57 @@
+// A serving backend: a model's state pools on a device, and what a cache hit, a miss and a donate
+// cost there. `capacity` replays the requests its cache model decided through this interface
+// (docs/experiments.md, "capacity"); the CUDA implementation is kernels/host/serving_backend.h.
+//
+// Pools have the model's real per-slot shape: active [L, slots, HV, d_v, d_k] in the temporal
+// dtype, checkpoint values + scales of the checkpoint codec, bf16 conv windows. Slot 0 is
+// reserved; slots 1 .. parallel hold requests; one more slot holds the cached state of the
+// single-pool (bf16) mode; checkpoint slot 1 holds the cached state of the checkpoint-pool (int8)
+// mode. The token stream is one synthetic stream of the model family's init drive. Only the
+// linear-attention state work is timed: a hit is a copy-on-write of the cached state into the
+// request's slot and the recurrence over the uncached suffix, all linear layers; a miss is the
+// recurrence over the whole prompt, all linear layers. Times are milliseconds of device time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/codec/codec.h"
+#include "core/state/layer_inputs.h"
+
+namespace statecheck {
+
+struct ServingShape {
+  RecurrenceShape layer;         // one linear layer at its TP shard
+  int layers = 0;                // L: linear-attention layers
+  int64_t conv_elems = 0;        // bf16 conv values per layer and slot
+  Dtype temporal = Dtype::fp32;  // active pool dtype: fp32 or bf16
+  Codec checkpoint;              // the checkpoint pool's codec (int8 with its scale dtype)
+  int parallel = 8;              // request slots
+};
+
+// One request as the cache model served it.
+struct ServedRequest {
+  int64_t prompt_len = 0;
+  int64_t cached_tokens = 0;  // > 0: a hit of that many tokens
+};
+
+// Where a hit's state comes from.
+enum class RestoreFrom {
+  checkpoint_pool,  // int8 mode: dequantize from the checkpoint pool (copy-on-write)
+  active_pool,      // bf16 single-pool mode: copy the cached active slot
+};
+
+class ServingBackend {
+ public:
+  virtual ~ServingBackend() = default;
+  virtual std::string description() const = 0;
+  // One donate of the cached state into the checkpoint pool (all layers), timed.
+  virtual double donate_ms() = 0;
+  // One request launched alone: restore (on a hit) and the recurrence over the uncached tokens.
+  virtual double serve_ms(const ServedRequest& r, RestoreFrom from) = 0;
+  // `requests` in batches of `parallel` (one varlen launch per layer and batch), timed as a whole.
+  virtual double serve_batches_ms(const std::vector<ServedRequest>& requests, RestoreFrom from) = 0;
+};
+
+}  // namespace statecheck

@@ -1,0 +1,20 @@
+// The CUDA serving backend (core/backend/serving_backend.h): the pools in device memory, hits
+// through checkpoint_load (int8: dequantize; bf16: the slot copy), misses and suffixes through
+// gated_delta_pool (recurrent prefill), donates through checkpoint_store, CUDA events around each
+// timed piece of work on one stream.
+#pragma once
+
+#include <memory>
+
+#include "core/backend/serving_backend.h"
+
+namespace statecheck::cuda {
+
+// Allocates the pools for `shape`, uploads a synthetic token stream of `gate`'s init drive drawn
+// from `seed` long enough for `parallel` requests of `max_prompt` tokens, prefills the cached
+// state over `max_prompt` tokens and donates it once (untimed warm-up). Throws statecheck::Error
+// without a usable GPU.
+std::unique_ptr<ServingBackend> cuda_serving_backend(const ServingShape& shape, int64_t max_prompt,
+                                                     uint64_t seed);
+
+}  // namespace statecheck::cuda
