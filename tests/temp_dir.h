@@ -26,4 +26,10 @@ struct TempDir {
   std::string file(const std::string& name) const { return (dir / name).string(); }
 };
 
+// `name` inside one temporary folder shared by the whole test process (removed when it exits).
+inline std::string temp_path(const std::string& name) {
+  static const TempDir dir("test");
+  return dir.file(name);
+}
+
 }  // namespace statecheck::test_support
