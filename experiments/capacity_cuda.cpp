@@ -53,18 +53,16 @@ std::vector<uint16_t> bits(const std::vector<float>& a) {
 void run_capacity_cuda(const Options& o, const ModelConfig& m,
                        const std::vector<CapacityProbes>& points, H5Writer& file,
                        Summary& summary) {
-  std::string why;
-  if (!device_available(&why)) fail("--device cuda: {}", why);
   const RecurrenceShape rs = recurrence_shape(m);
   PoolGeometry geo;
   geo.L = m.linear_layer_count(), geo.HV = rs.HV, geo.dv = rs.dv, geo.dk = rs.dk;
   geo.conv_elems = static_cast<int64_t>(m.conv_dim_shard()) * (m.conv_width - 1);
-  const Dtype adt = o.temporal_dtype == "bf16" ? Dtype::bf16 : Dtype::fp32;
+  const Dtype adt = o.temporal_dtype;
   const int parallel = 8,
             slots = parallel + 2;  // 0 reserved, 1..8 requests, 9 the cached bf16 state
   const size_t slot_elems = static_cast<size_t>(geo.HV) * geo.dv * geo.dk;
   const size_t layer_elems = slot_elems * slots;
-  const Codec int8 = parse_codec("int8", parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
+  const Codec int8 = parse_codec("int8", o.scale_dtype_or_default());
   const Codec copy = parse_codec(adt == Dtype::fp32 ? "fp32" : "bf16");
 
   DeviceBuffer<uint8_t> active(static_cast<size_t>(geo.L) * layer_elems * dtype_bytes(adt));

@@ -170,10 +170,9 @@ void write_per_head(H5Writer& file, const std::string& group, Summary& summary,
 }  // namespace
 
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  check_device(o);
   const StatesSource source = options_states_source(o, m);
   const RecurrenceShape shape = recurrence_shape(m);
-  const Codec codec = parse_codec(o.codec, parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
+  const Codec codec = o.codec;
   const int T = o.chain_tokens;
   std::vector<int> ns;
   for (int n = 1; n <= 128; n *= 2) ns.push_back(n);
@@ -295,7 +294,7 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
                    n32 > 0 ? n128 / n32 : NAN);
   }
 #ifdef STATECHECK_HAVE_CUDA
-  if (o.device == "cuda")
+  if (o.device == Device::cuda)
     run_chain_cuda(m, source, codec, T, L, kAblationBetaFactor, file, summary);
 #endif
   fmt::print("chain: {:.1f} s\n", progress.elapsed());

@@ -23,8 +23,6 @@ using namespace statecheck::cuda;
 
 void run_chain_cuda(const ModelConfig& m, const StatesSource& source, const Codec& codec, int T,
                     int layers, double ablation_beta_factor, H5Writer& file, Summary& summary) {
-  std::string why;
-  if (!device_available(&why)) fail("--device cuda: {}", why);
   const RecurrenceShape rs = recurrence_shape(m);
   const int HV = rs.HV, dv = rs.dv, dk = rs.dk;
   std::vector<int> ns;

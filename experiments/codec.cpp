@@ -33,7 +33,6 @@ std::vector<Codec> codec_experiment_codecs(Dtype scale) {
 }
 
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  check_device(o);
   const StatesSource source = options_states_source(o, m);
   const RecurrenceShape shape = recurrence_shape(m);
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk;
@@ -42,7 +41,7 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     fmt::print("codec: --prefill {} is not used: drive {} starts from its own states\n", o.prefill,
                source.drive_name());
   const int Td = o.decode > 0 ? o.decode : (o.quick ? 32 : 128);
-  const Dtype scale = parse_dtype(o.scale_dtype_or_default(), "scale dtype");
+  const Dtype scale = o.scale_dtype_or_default();
   const std::vector<Codec> codecs = codec_experiment_codecs(scale);
   const int C = static_cast<int>(codecs.size());
   const int N = source.count();
@@ -101,7 +100,7 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.attr(g, "decode_steps", static_cast<int64_t>(Td));
   file.attr(g, "scale_dtype", std::string(dtype_name(scale)));
   file.attr(g, "states", static_cast<int64_t>(N));
-  file.attr(g, "device", o.device);
+  file.attr(g, "device", std::string(device_name(o.device)));
   std::vector<std::string> names;
   for (const auto& c : codecs) names.push_back(c.kind_name());
   file.write_strings(g + "/codecs", names, "codecs measured, in the order of the per-codec arrays");
@@ -183,7 +182,7 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     summary.set(name + ".state_relerr_head_max",
                 *std::max_element(relerr_lh.begin(), relerr_lh.end()));
   }
-  if (o.device == "cuda") {
+  if (o.device == Device::cuda) {
 #ifdef STATECHECK_HAVE_CUDA
     run_codec_cuda(m, source, Tp, Td, codecs, file, summary);
 #else

@@ -42,8 +42,6 @@ std::vector<uint16_t> to_bits(const std::vector<float>& a) {
 
 void run_codec_cuda(const ModelConfig& m, const StatesSource& source, int Tp, int Td,
                     const std::vector<Codec>& codecs, H5Writer& file, Summary& summary) {
-  std::string why;
-  if (!device_available(&why)) fail("--device cuda: {}", why);
   const RecurrenceShape shape = recurrence_shape(m);
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk,
             N = source.count();

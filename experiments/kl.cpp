@@ -155,12 +155,8 @@ struct ItemResult {
 }  // namespace
 
 void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summary) {
-  if (o.device != "cpu" && o.device != "cuda")
-    fail("--device must be cpu or cuda, got '{}'", o.device);
-  const bool cuda = o.device == "cuda";
+  const bool cuda = o.device == Device::cuda;
 #ifdef STATECHECK_HAVE_CUDA
-  std::string why;
-  if (cuda && !cuda::device_available(&why)) fail("kl: --device cuda: {}", why);
   if (cuda) fmt::print("kl (cuda): {}\n", cuda::device_description());
 #else
   if (cuda) fail("kl: --device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
@@ -322,7 +318,7 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
   file.attr(g, "continuation_bytes", static_cast<int64_t>(Tc));
   file.attr(g, "chain_interval_bytes", static_cast<int64_t>(kChainInterval));
   file.attr(g, "starts", static_cast<int64_t>(starts));
-  file.attr(g, "device", o.device);
+  file.attr(g, "device", std::string(device_name(o.device)));
   std::vector<std::string> names, descriptions;
   for (const auto& v : variants) {
     names.push_back(v.name);
