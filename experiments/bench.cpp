@@ -71,7 +71,7 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   for (size_t e = 0; e < state.data.size(); ++e)
     state.data[e] = static_cast<float>(((e * 2654435761u) % 2001) - 1000) * 1e-4f;
   for (const char* name : {"int8", "fp8_e4m3", "bf16"}) {
-    const Codec c = parse_codec(name, parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
+    const Codec c = parse_codec(name, o.scale_dtype_or_default());
     EncodedState enc;
     MultiLayerState dec;
     BenchRow row{std::string("cpu_") + name + "_encode_decode", 0, 0, 0};
@@ -117,8 +117,7 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 }  // namespace
 
 void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  if (o.device == "cpu") return cpu_bench(o, m, file, summary);
-  if (o.device != "cuda") fail("--device must be cpu or cuda, got '{}'", o.device);
+  if (o.device == Device::cpu) return cpu_bench(o, m, file, summary);
 #ifdef STATECHECK_HAVE_CUDA
   gpu_bench(o, m, file, summary);
 #else

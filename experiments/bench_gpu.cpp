@@ -374,8 +374,6 @@ void time_same_size_copies(GpuTimer& timer, std::vector<Row>& rows, int repeats)
 }  // namespace
 
 void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  std::string why;
-  if (!device_available(&why)) fail("--device cuda: {}", why);
   const std::string device = device_description();
   const int repeats = o.quick ? 10 : 30;
   GpuTimer timer(size_t(512) << 20);

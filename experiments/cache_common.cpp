@@ -14,9 +14,9 @@ PayloadShape model_payload_shape(const ModelConfig& m) {
 
 StateDtypes options_dtypes(const Options& o) {
   StateDtypes d;
-  d.temporal = parse_dtype(o.temporal_dtype, "temporal dtype");
-  d.scale = parse_dtype(o.scale_dtype_or_default(), "scale dtype");
-  d.conv = parse_dtype(o.conv_dtype, "conv dtype", {Dtype::bf16});
+  d.temporal = o.temporal_dtype;
+  d.scale = o.scale_dtype_or_default();
+  d.conv = o.conv_dtype;
   return d;
 }
 
@@ -26,7 +26,6 @@ BudgetInputs options_budget_inputs(const Options& o, bool with_pools) {
   bi.mem_fraction = o.mem_fraction;
   bi.weights_gib = o.weights_gib;
   if (with_pools) {
-    if (o.active_slots < 1) fail("--active-slots must be >= 1, got {}", o.active_slots);
     bi.active_slots = o.active_slots;
     bi.ckpt_slots = o.ckpt_slots > 0 ? o.ckpt_slots : 2 * o.active_slots;
   }
@@ -44,19 +43,15 @@ int64_t kv_tokens_for_pools(const Budget& b, const ModelConfig& m) {
   return b.kv_tokens_correct;
 }
 
-CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens) {
+CacheConfig options_cache_config(const Options& o, const ModelConfig& m, CacheMode mode,
+                                 int64_t kv_tokens) {
   const StateDtypes d = options_dtypes(o);
   CacheConfig c;
-  c.mode = parse_cache_mode(o.mode);
-  c.strategy = parse_cache_strategy(o.strategy);
-  if (o.active_slots < 1) fail("--active-slots must be >= 1, got {}", o.active_slots);
-  if (o.ckpt_slots < 0) fail("--ckpt-slots must be >= 0, got {}", o.ckpt_slots);
+  c.mode = mode;
+  c.strategy = o.strategy;
   c.active_slots = o.active_slots;
   c.ckpt_slots = o.ckpt_slots > 0 ? o.ckpt_slots : 2 * o.active_slots;
   c.kv_tokens = kv_tokens;
-  if (o.chunk_granularity < 1)
-    fail("--chunk-granularity must be >= 1, got {}", o.chunk_granularity);
-  if (o.track_interval < 1) fail("--track-interval must be >= 1, got {}", o.track_interval);
   c.chunk_granularity = o.chunk_granularity;
   c.track_interval = o.track_interval;
   c.payload = !o.no_payload;
@@ -66,11 +61,10 @@ CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t
   return c;
 }
 
-EngineConfig options_engine_config(const Options& o, const ModelConfig& m, int64_t kv_tokens) {
+EngineConfig options_engine_config(const Options& o, const ModelConfig& m, CacheMode mode,
+                                   int64_t kv_tokens) {
   EngineConfig e;
-  e.cache = options_cache_config(o, m, kv_tokens);
-  if (o.chunked_prefill < 1) fail("--chunked-prefill must be >= 1, got {}", o.chunked_prefill);
-  if (o.max_running < 0) fail("--max-running must be >= 0, got {}", o.max_running);
+  e.cache = options_cache_config(o, m, mode, kv_tokens);
   e.chunked_prefill = o.chunked_prefill;
   e.max_running = o.max_running;
   return e;

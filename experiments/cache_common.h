@@ -1,6 +1,6 @@
-// Shared set-up of the cache experiments (memory, capacity, firecount, replay): pool and engine
-// configuration from the command line, the payload shape of a model, and the HDF5 layout of the
-// cache counters.
+// Shared parts of the cache experiments (memory, capacity, firecount, replay): for their
+// measurements, the pool and engine configuration from the options and the payload shape of a
+// model; for their recorders, the HDF5 layout of the cache configuration and counters.
 #pragma once
 
 #include <string>
@@ -13,11 +13,14 @@
 
 namespace statecheck {
 
+// ---- measurement: configuration from the options ----------------------------------------------
+
 // One value head of the model per slot: temporal [1, 1, d_v, d_k] and that head's share of the
 // conv channels (conv_dim_shard / HV_shard) x (W - 1). See core/cache/payload.h.
 PayloadShape model_payload_shape(const ModelConfig& m);
 
-// State dtypes from --temporal-dtype, --scale-dtype (default: the temporal dtype), --conv-dtype.
+// State dtypes from --temporal-dtype, --scale-dtype (default: the temporal dtype), --conv-dtype;
+// the KV cache in bf16.
 StateDtypes options_dtypes(const Options& o);
 
 // Budget inputs from --gpu-mem-gib, --mem-fraction, --weights-gib and, with `with_pools`, the pool
@@ -40,12 +43,19 @@ struct ReplayPools {
 };
 ReplayPools replay_pools(const Options& o, const ModelConfig& m);
 
-// Cache configuration from the options: --mode, --strategy, --active-slots, --ckpt-slots (0: 2A),
-// --chunk-granularity, --track-interval, --no-payload, dtypes; `kv_tokens` as given.
-CacheConfig options_cache_config(const Options& o, const ModelConfig& m, int64_t kv_tokens);
+// Cache configuration from the options: --strategy, --active-slots, --ckpt-slots (0: 2A),
+// --chunk-granularity, --track-interval, --no-payload, the state dtypes; `mode` (bf16 or int8,
+// which each experiment sets itself) and `kv_tokens` as given. The values are those the command
+// line checked (experiments/options.h); an experiment that sets a pool itself overrides it in the
+// result.
+CacheConfig options_cache_config(const Options& o, const ModelConfig& m, CacheMode mode,
+                                 int64_t kv_tokens);
 
 // Engine configuration: the cache above plus --chunked-prefill and --max-running.
-EngineConfig options_engine_config(const Options& o, const ModelConfig& m, int64_t kv_tokens);
+EngineConfig options_engine_config(const Options& o, const ModelConfig& m, CacheMode mode,
+                                   int64_t kv_tokens);
+
+// ---- recording ----------------------------------------------------------------------------------
 
 // "payload" or "bookkeeping": what the pools held in a run (written into every result file).
 const char* payload_mode_name(bool payload);

@@ -143,7 +143,6 @@ double percentile(std::vector<double> v, double p) {
 }  // namespace
 
 void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  check_device(o);
   std::vector<CapacityProbes> gpu_points;  // --device cuda: the published sweep points
   const std::vector<int> Ks =
       o.quick ? std::vector<int>{128, 256, 384, 512, 640, 768}
@@ -169,9 +168,7 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
   std::vector<double> ceiling(Ks.size()), prefix_frac(Ks.size());
   std::map<std::string, int> knees;
   for (const char* mode : {"bf16", "int8"}) {
-    Options om = o;
-    om.mode = mode;
-    const EngineConfig ec = options_engine_config(om, m, kv_tokens);
+    const EngineConfig ec = options_engine_config(o, m, parse_cache_mode(mode), kv_tokens);
     const std::string mg = g + "/" + mode;
     file.group(mg);
     write_cache_config(file, mg, ec.cache, ec.resolved_max_running(), ec.chunked_prefill);
@@ -193,7 +190,7 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
       ceiling[i] = r.cached_prefix_fraction;
       prefix_frac[i] = r.prefix_fraction;
       summary.set(fmt::format("capacity.{}.K{}.reuse_frac", mode, Ks[i]), r.reuse_frac);
-      if (o.device == "cuda" && (Ks[i] == 128 || Ks[i] == 384 || Ks[i] == 640))
+      if (o.device == Device::cuda && (Ks[i] == 128 || Ks[i] == 384 || Ks[i] == 640))
         gpu_points.push_back({mode, Ks[i], r.probe_records});
       progress.tick();
     }
@@ -257,7 +254,7 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
       fmt::print("capacity: {} reuses nothing even at K = {} (knee_K 0: no knee in the range{})\n",
                  mode, Ks[0],
                  std::string(mode) == "bf16" ? "; knee_ratio is then 0, not a comparison" : "");
-  if (o.device == "cuda") {
+  if (o.device == Device::cuda) {
 #ifdef STATECHECK_HAVE_CUDA
     int64_t max_prompt = 1;
     for (const auto& pt : gpu_points)

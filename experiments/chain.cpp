@@ -366,10 +366,9 @@ void record_chain(const ChainMeasurement& r, const StatesSource& source, const C
 }  // namespace
 
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  check_device(o);
   const StatesSource source = options_states_source(o, m);
   const RecurrenceShape shape = recurrence_shape(m);
-  const Codec codec = parse_codec(o.codec, parse_dtype(o.scale_dtype_or_default(), "scale dtype"));
+  const Codec codec = o.codec;
   const int T = o.chain_tokens;
   std::vector<int> ns;
   for (int n = 1; n <= 128; n *= 2) ns.push_back(n);
@@ -380,7 +379,7 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     fail("--chain-layers {}: model {} has {} linear-attention layers", o.chain_layers, m.name,
          L_all);
   const int L = o.chain_layers > 0 ? o.chain_layers : (o.quick ? std::min(2, L_all) : L_all);
-  const bool cuda = o.device == "cuda";
+  const bool cuda = o.device == Device::cuda;
 
   fmt::print(
       "chain: model {} (TP {}), drive {}, codec {} ({} scale), T {}, n in 1..128, layers {}/{}, {} "

@@ -300,7 +300,6 @@ void record_codec(const CodecMeasurement& r, const ModelConfig& m, const StatesS
 }  // namespace
 
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  check_device(o);
   const StatesSource source = options_states_source(o, m);
   const RecurrenceShape shape = recurrence_shape(m);
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk;
@@ -309,9 +308,9 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     fmt::print("codec: --prefill {} is not used: drive {} starts from its own states\n", o.prefill,
                source.drive_name());
   const int Td = o.decode > 0 ? o.decode : (o.quick ? 32 : 128);
-  const Dtype scale = parse_dtype(o.scale_dtype_or_default(), "scale dtype");
+  const Dtype scale = o.scale_dtype_or_default();
   const std::vector<Codec> codecs = codec_experiment_codecs(scale);
-  const bool cuda = o.device == "cuda";
+  const bool cuda = o.device == Device::cuda;
 
   fmt::print(
       "codec: model {} (TP {}, {} layers x {} heads x {}x{}), drive {}, {} state(s), prefill {}, "
@@ -322,7 +321,7 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const std::unique_ptr<RecurrenceBackend> cpu = cpu_fp32_backend();
   const CodecMeasurement ref =
       measure_codec(*cpu, source, shape, L, Tp, Td, codecs, o.thread_count(), cuda);
-  record_codec(ref, m, source, scale, o.device, file, summary);
+  record_codec(ref, m, source, scale, device_name(o.device), file, summary);
   if (cuda) {
 #ifdef STATECHECK_HAVE_CUDA
     fmt::print("codec (cuda): {}\n", cuda::device_description());

@@ -1,6 +1,9 @@
-// The statecheck experiments: options shared by the command line, and one entry point per
-// experiment (spec experiments.md). Each writes its datasets under a group named after itself
-// into an open result file and adds its scalar metrics to a Summary.
+// The statecheck experiments (docs/experiments.md): the registry, with the options each
+// experiment reads, and one entry point per experiment. Each writes its datasets under a group
+// named after itself into an open result file and adds its scalar metrics to a Summary. The
+// options they take are typed and checked once by the command line (experiments/options.h); the
+// entry points assume options that passed it, with --device cuda checked by
+// require_cuda_if_asked.
 #pragma once
 
 #include <cstdint>
@@ -12,63 +15,9 @@
 #include "core/io/paths.h"
 #include "core/io/summary.h"
 #include "core/model/model_config.h"
+#include "experiments/options.h"
 
 namespace statecheck {
-
-// The most slots --active-slots and --ckpt-slots may ask for, and the most the memory budget may
-// give replay's bf16 and int8 pools: every slot is host memory in the cache model.
-constexpr int kMaxPoolSlots = 1 << 22;
-
-struct Options {
-  std::string experiment;
-  std::string model = "qwen3.5-35b-a3b";
-  int tp = 0;  // 0: the model's default_tp
-  uint64_t seed = 0;
-  std::string device = "cpu";  // cpu | cuda
-  std::string drive;           // empty: default_drive(model)
-  std::string states;          // --states FILE (drive 'states')
-  bool quick = false;
-  std::string out;      // result file; empty: results/<experiment>.h5
-  std::string summary;  // summary JSON; empty: none (suite: results/summary.json)
-  int threads = 0;      // 0: hardware threads
-  std::string command_line;
-  bool model_given = false;  // --model was on the command line (not the default)
-
-  // Numerical experiments.
-  std::string codec = "int8";  // chain: the codec checkpoints go through
-  int prefill = 0;             // codec: prefill tokens (0: 512, quick 128)
-  int decode = 0;              // codec: decode steps after restore (0: 128, quick 32)
-  int chain_tokens = 2048;     // chain: T
-  int chain_layers = 0;        // chain: layers measured (0: all; quick: 2)
-
-  // Cache experiments (spec experiments.md, "Common interface").
-  int active_slots = 256;
-  int ckpt_slots = 0;                     // 0: 2 * active
-  std::string mode = "int8";              // bf16 | int8
-  std::string strategy = "extra_buffer";  // no_buffer | extra_buffer
-  std::string temporal_dtype = "fp32";
-  std::string scale_dtype;  // empty: the temporal dtype (spec numerics.md section 3)
-  std::string conv_dtype = "bf16";
-  double gpu_mem_gib = 141e9 / 1073741824.0;  // an H200: 141 GB = 131.3 GiB
-  double mem_fraction = 0.88;
-  double weights_gib = -1.0;   // < 0: params_billion * 2 bytes / TP
-  std::string trace;           // replay: Mooncake trace (default data/traces/...)
-  bool no_payload = false;     // cache experiments: bookkeeping only, no state payloads
-  int chunk_granularity = 64;  // Cg: state chunk granularity (SGLang mamba_cache_chunk_size)
-  int chunked_prefill = 8192;  // token budget of one prefill batch (SGLang chunked_prefill_size)
-  int track_interval = 256;    // extra_buffer decode track interval (SGLang mamba_track_interval)
-  int max_running = 0;         // 0: active slots / (3 + tracking slots), as SGLang
-  std::string trace_bad_lines = "reject";  // replay: reject | skip malformed trace lines
-
-  // Resolved helpers.
-  int thread_count() const;
-  std::string scale_dtype_or_default() const;
-  std::string out_path() const;  // out, or results/<experiment>.h5
-};
-
-// --seed's value: decimal digits only, below 2^64 (a leading '-' would wrap around in an unsigned
-// parse). Throws statecheck::Error quoting the text otherwise.
-uint64_t parse_seed(const std::string& text);
 
 // Resolves the model named by the options (name or path, TP).
 ModelConfig options_model(const Options& o);
@@ -96,40 +45,55 @@ void check_drive_option(const Options& o, const ModelConfig& m);
 
 using ExperimentFn = std::function<void(const Options&, const ModelConfig&, H5Writer&, Summary&)>;
 
+// What an experiment measures: the numerics of one layer's state (codec, chain, bench), the cache
+// model of a serving engine (memory, capacity, firecount, replay), or a language model's
+// predictions (kl). Notes name the experiments that read an option by kind, then in suite order.
+enum class ExperimentKind { state_numerics, cache_model, language_model };
+
+// An option (long name without "--", one of experiment_option_names()) with a reason, one line
+// without a final period.
+struct OptionNote {
+  std::string option;
+  std::string why;
+};
+
 struct ExperimentEntry {
   std::string name;
   std::string description;
   ExperimentFn run;
   bool in_suite = true;
   bool cuda_path = false;  // accepts --device cuda (runs its CUDA path next to the CPU reference)
+  ExperimentKind kind = ExperimentKind::state_numerics;
+  // The options of experiment_option_names() it reads (those outside that list every experiment
+  // reads). A given option it does not read gets a note (unread_option_notes).
+  std::vector<std::string> reads = {};
+  // Options it does not read because it sets them itself, with how; said in their notes.
+  std::vector<OptionNote> sets_itself = {};
+  // Options it refuses, with why: given on the command line they are an error ("kl: --drive
+  // seed-kda does not apply (why)"); the suite runs it with their defaults.
+  std::vector<OptionNote> refuses = {};
+  // It runs a model of its own (kl: the tiny language model), not the serving model of --model:
+  // the suite does not pass its --model on.
+  bool own_model = false;
 };
 
-// Checks every option value, also those the chosen experiment does not read (a typo must not pass
-// silently); throws statecheck::Error naming the option.
-void validate_options(const Options& o);
-
 // Notes for the options given to `experiment` that it does not read (their values are still
-// checked by validate_options): one line each, without a prefix, e.g. "--trace is not read by
-// memory (it is read by replay)", naming every experiment that reads the option and, where the
-// experiment sets the option itself, how. `given`: the long names of the options given on the
-// command line (not defaulted), without "--". `suite` passes every option on: no notes. --mode
-// has its own note in main (no shipped experiment reads it). Source of the table: the option
-// reads in experiments/*.cpp (cache_common.cpp builds the budget, cache and engine configs).
+// checked by the command line): one line each, without a prefix, e.g. "--trace is not read by
+// memory (it is read by replay)", naming every experiment that reads the option (by kind, then in
+// suite order) and, where the experiment sets the option itself, how; in the order of
+// experiment_option_names(). `given`: the long names of the options given on the command line (not
+// defaulted), without "--". Derived from the registry's declarations; `suite` passes every option
+// on: no notes.
 std::vector<std::string> unread_option_notes(const std::string& experiment,
                                              const std::vector<std::string>& given);
 
-// Whether `experiment` reads the option `option` (long name, without "--"), by the table behind
-// unread_option_notes: options outside it are read by every experiment, and `suite` passes every
-// option on.
+// Whether `experiment` reads the option `option` (long name, without "--"), by the registry's
+// declarations: options outside experiment_option_names() are read by every experiment, an
+// unknown experiment reads none of that list, and `suite` passes every option on.
 bool experiment_reads_option(const std::string& experiment, const std::string& option);
 
-// With --device cuda: fails unless the experiment has a CUDA path and a usable GPU is present
-// (checked before any CPU work). The suite runs the experiments without one on the CPU.
-void require_cuda_if_asked(const Options& o, const ExperimentEntry& e);
-
-// For experiments with a CUDA path, called first: --device must be cpu or cuda, and cuda needs a
-// CUDA build and a usable GPU. Throws statecheck::Error with the reason.
-void check_device(const Options& o);
+// The registry entry named `name`, or null.
+const ExperimentEntry* find_experiment(const std::string& name);
 
 // Every experiment this build knows, in suite order.
 const std::vector<ExperimentEntry>& experiment_registry();
@@ -141,8 +105,8 @@ void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 // Logit-level KL of the tiny language model after a state codec round trip (experiments/kl.cpp);
 // ignores `m` and uses the tiny model (data/tinylm, or the tiny-model config given with --model).
 void run_kl(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
-// Cache model experiments (spec cache.md, experiments.md): experiments/memory.cpp, capacity.cpp,
-// firecount.cpp, replay.cpp.
+// Cache model experiments (docs/cache_model.md, docs/experiments.md): experiments/memory.cpp,
+// capacity.cpp, firecount.cpp, replay.cpp.
 void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_firecount(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
@@ -157,10 +121,10 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 int run_experiment(const Options& o);
 int run_suite(const Options& o);
 
-// The options `suite` runs experiment `e` with: the suite's own, with --out set to
-// `dir`/<name>.h5, --device cpu for experiments without a CUDA path, and for kl no --drive and
-// no --model (it runs the shipped tiny model; the suite's serving model and drive are for the
-// others).
+// The options `suite` runs experiment `e` with, from its declarations: the suite's own, with
+// --out set to `dir`/<name>.h5, --device cpu without a CUDA path, the options it refuses at their
+// defaults and, for an experiment on its own model, no --model (kl: it runs the shipped tiny
+// model, without --drive; the suite's serving model and drive are for the others).
 Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
                                  const std::string& dir);
 

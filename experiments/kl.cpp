@@ -115,17 +115,13 @@ struct ItemResult {
 }  // namespace
 
 void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summary) {
-  if (o.device != "cpu" && o.device != "cuda")
-    fail("--device must be cpu or cuda, got '{}'", o.device);
-  const bool cuda = o.device == "cuda";
+  const bool cuda = o.device == Device::cuda;
   // The recurrence backends the variants continue on (core/backend/recurrence_backend.h).
   const std::unique_ptr<RecurrenceBackend> fp32 = cpu_fp32_backend(),
                                            bf16_state = cpu_fp32_backend(Dtype::bf16);
   std::unique_ptr<RecurrenceBackend> gpu;
 #ifdef STATECHECK_HAVE_CUDA
   if (cuda) {
-    std::string why;
-    if (!cuda::device_available(&why)) fail("kl: --device cuda: {}", why);
     fmt::print("kl (cuda): {}\n", cuda::device_description());
     gpu = cuda::cuda_backend();
   }
@@ -286,7 +282,7 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
   file.attr(g, "continuation_bytes", static_cast<int64_t>(Tc));
   file.attr(g, "chain_interval_bytes", static_cast<int64_t>(kChainInterval));
   file.attr(g, "starts", static_cast<int64_t>(starts));
-  file.attr(g, "device", o.device);
+  file.attr(g, "device", std::string(device_name(o.device)));
   std::vector<std::string> names, descriptions;
   for (const auto& v : variants) {
     names.push_back(v.name);

@@ -1,5 +1,5 @@
-// Experiment `memory`: bytes per state slot, pool totals and the KV-token budget (spec cache.md
-// sections 1 and 5; formulas in core/memory/memory_budget.h).
+// Experiment `memory`: bytes per state slot, pool totals and the KV-token budget
+// (docs/cache_model.md; formulas in core/memory/memory_budget.h).
 //
 // For the selected model (--model, --tp, dtypes) and pool sizes (--active-slots A, --ckpt-slots C,
 // 0: 2A) it reports the active and checkpoint pools in bytes and GiB (2^30; engines print these as
@@ -8,7 +8,11 @@
 // subtracted) and the correct one, side by side. The same table is computed for every shipped
 // model at its default TP, and SGLang's automatic active-pool size (mamba_full_memory_ratio 0.9)
 // is reported next to the given A.
+//
+// measure_memory computes the budgets (MemoryResult); record_memory writes them into the result
+// file and the summary and prints the table.
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -20,6 +24,67 @@
 namespace statecheck {
 
 namespace {
+
+// ---- measurement ------------------------------------------------------------------------------
+
+// One model's pools and KV-token budget.
+struct ModelMemory {
+  ModelConfig model;
+  Budget budget;       // at the given pool sizes
+  Budget auto_budget;  // SGLang's automatic active pool (ratio split), no checkpoint pool
+};
+
+ModelMemory model_memory(const ModelConfig& m, const StateDtypes& dt, const Options& o) {
+  const BudgetInputs bi = options_budget_inputs(o, true);
+  return ModelMemory{m, compute_budget(m, dt, bi),
+                     compute_budget(m, dt, options_budget_inputs(o, false))};
+}
+
+// A shipped model of the table, at its default TP: its memory, or why these options do not fit
+// it.
+struct ShippedMemory {
+  std::string name;
+  int tp = 0;
+  std::optional<ModelMemory> memory;
+  std::string not_computed;  // the reason, when `memory` is empty
+};
+
+struct MemoryResult {
+  StateDtypes dtypes;
+  double gpu_mem_gib = 0.0;  // --gpu-mem-gib, GiB
+  double mem_fraction = 0.0;
+  ModelMemory selected;  // the model of --model, --tp
+  // Bytes of the selected model's active + checkpoint pools beyond the memory for caches (0: they
+  // fit); where they do not, its correct KV budget is floored at 0 tokens.
+  double state_excess_bytes = 0.0;
+  std::vector<ShippedMemory> shipped;  // in shipped_model_names() order
+};
+
+// Throws statecheck::Error when the selected model does not fit the options (compute_budget);
+// a shipped model that does not fit is named with the reason instead.
+MemoryResult measure_memory(const Options& o, const ModelConfig& m) {
+  MemoryResult r;
+  r.dtypes = options_dtypes(o);
+  r.gpu_mem_gib = o.gpu_mem_gib;
+  r.mem_fraction = o.mem_fraction;
+  r.selected = model_memory(m, r.dtypes, o);
+  const Budget& b = r.selected.budget;
+  r.state_excess_bytes = std::max(
+      0.0, static_cast<double>(b.active.total.total() + b.checkpoint.total.total()) - b.rest_bytes);
+  for (const std::string& name : shipped_model_names()) {
+    const ModelConfig cfg = load_model(name, 0);
+    ShippedMemory sm{name, cfg.tp, std::nullopt, ""};
+    try {
+      sm.memory = model_memory(cfg, r.dtypes, o);
+    } catch (const Error& e) {
+      sm.not_computed = e.what();
+    }
+    r.shipped.push_back(std::move(sm));
+  }
+  return r;
+}
+
+// ---- recording --------------------------------------------------------------------------------
 
 void write_pool(H5Writer& f, const std::string& g, const PoolBytes& p, const char* what) {
   f.group(g);
@@ -46,18 +111,6 @@ void write_pool(H5Writer& f, const std::string& g, const PoolBytes& p, const cha
   f.write_scalar(g + "/scale_gib", p.total.scale / kGiB, "GiB", "(slots + 1) x scales, 2^30 bytes");
   f.write_scalar(g + "/conv_gib", p.total.conv / kGiB, "GiB", "(slots + 1) x conv, 2^30 bytes");
   f.write_scalar(g + "/total_gib", p.total.total() / kGiB, "GiB", "(slots + 1) x slot, 2^30 bytes");
-}
-
-struct ModelMemory {
-  ModelConfig model;
-  Budget budget;       // at the given pool sizes
-  Budget auto_budget;  // SGLang's automatic active pool (ratio split), no checkpoint pool
-};
-
-ModelMemory model_memory(const ModelConfig& m, const StateDtypes& dt, const Options& o) {
-  const BudgetInputs bi = options_budget_inputs(o, true);
-  return ModelMemory{m, compute_budget(m, dt, bi),
-                     compute_budget(m, dt, options_budget_inputs(o, false))};
 }
 
 void write_model(H5Writer& f, const std::string& g, const ModelMemory& mm) {
@@ -91,21 +144,20 @@ void write_model(H5Writer& f, const std::string& g, const ModelMemory& mm) {
                  "tokens", "KV budget next to the automatic active pool (engine accounting)");
 }
 
-}  // namespace
-
-void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  const StateDtypes dt = options_dtypes(o);
+void record_memory(const MemoryResult& r, H5Writer& file, Summary& summary) {
+  const StateDtypes& dt = r.dtypes;
   const std::string g = "memory";
   file.group(g);
   file.attr(g, "temporal_dtype", std::string(dtype_name(dt.temporal)));
   file.attr(g, "scale_dtype", std::string(dtype_name(dt.scale)));
   file.attr(g, "conv_dtype", std::string(dtype_name(dt.conv)));
   file.attr(g, "kv_dtype", std::string(dtype_name(dt.kv)));
-  file.attr(g, "gpu_mem_gib", o.gpu_mem_gib);
-  file.attr(g, "mem_fraction", o.mem_fraction);
+  file.attr(g, "gpu_mem_gib", r.gpu_mem_gib);
+  file.attr(g, "mem_fraction", r.mem_fraction);
   file.attr(g, "pool_contents", std::string("bookkeeping (byte formulas only)"));
 
-  const ModelMemory sel = model_memory(m, dt, o);
+  const ModelMemory& sel = r.selected;
+  const ModelConfig& m = sel.model;
   write_model(file, g + "/selected", sel);
   const Budget& b = sel.budget;
   for (const auto& [name, pool] : {std::pair<std::string, const PoolBytes*>{"active", &b.active},
@@ -123,8 +175,7 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
               static_cast<double>(b.kv_tokens_engine - b.kv_tokens_correct));
   // Where the pools alone exceed the memory for caches the correct budget is 0 KV tokens; the
   // excess is reported instead of being hidden by that floor.
-  const double state_excess = std::max(
-      0.0, static_cast<double>(b.active.total.total() + b.checkpoint.total.total()) - b.rest_bytes);
+  const double state_excess = r.state_excess_bytes;
   file.write_scalar(g + "/selected/state_pools_over_cache_memory_gib", state_excess / kGiB, "GiB",
                     "active + checkpoint pools beyond the memory for caches (0: they fit)");
   summary.set("memory.state_pools_over_cache_memory_gib", state_excess / kGiB);
@@ -146,19 +197,17 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
              "active B/slot", "ckpt B/slot", "active GiB", "ckpt GiB", "KV tok engine",
              "KV tok correct", "auto A");
   std::vector<std::string> names, not_computed;
-  for (const std::string& name : shipped_model_names()) {
-    const ModelConfig mm_cfg = load_model(name, 0);
-    ModelMemory mm;
-    try {
-      mm = model_memory(mm_cfg, dt, o);
-    } catch (const Error& e) {
-      // The table is context for the selected model (computed above, whose errors do fail the
-      // run): a shipped model that does not fit these options is named with the reason instead.
-      fmt::print("memory: {:<22} not computed: {}\n", fmt::format("{} ({})", name, mm_cfg.tp),
-                 e.what());
-      not_computed.push_back(fmt::format("{} (TP {}): {}", name, mm_cfg.tp, e.what()));
+  for (const ShippedMemory& sm : r.shipped) {
+    const std::string& name = sm.name;
+    if (!sm.memory) {
+      // The table is context for the selected model (whose errors do fail the run): a shipped
+      // model that does not fit these options is named with the reason instead.
+      fmt::print("memory: {:<22} not computed: {}\n", fmt::format("{} ({})", name, sm.tp),
+                 sm.not_computed);
+      not_computed.push_back(fmt::format("{} (TP {}): {}", name, sm.tp, sm.not_computed));
       continue;
     }
+    const ModelMemory& mm = *sm.memory;
     write_model(file, g + "/" + name, mm);
     names.push_back(name);
     summary.set(fmt::format("memory.{}.active.slot_bytes", name),
@@ -172,7 +221,7 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
     summary.set(fmt::format("memory.{}.kv_tokens.correct", name),
                 static_cast<double>(mm.budget.kv_tokens_correct));
     fmt::print("memory: {:<22} {:>14} {:>14} {:>12.3f} {:>12.3f} {:>14} {:>14} {:>12}\n",
-               fmt::format("{} ({})", name, mm_cfg.tp), mm.budget.active.per_slot.total(),
+               fmt::format("{} ({})", name, sm.tp), mm.budget.active.per_slot.total(),
                mm.budget.checkpoint.per_slot.total(), mm.budget.active.total.total() / kGiB,
                mm.budget.checkpoint.total.total() / kGiB, mm.budget.kv_tokens_engine,
                mm.budget.kv_tokens_correct, mm.auto_budget.active.slots);
@@ -182,6 +231,12 @@ void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary&
   if (!not_computed.empty())
     file.write_strings(g + "/models_not_computed", not_computed,
                        "shipped models these options do not fit, with the reason");
+}
+
+}  // namespace
+
+void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
+  record_memory(measure_memory(o, m), file, summary);
 }
 
 }  // namespace statecheck

@@ -1,4 +1,4 @@
-// Experiment `replay`: a Mooncake-format request trace through the pools (spec cache.md section 6):
+// Experiment `replay`: a Mooncake-format request trace through the pools (docs/cache_model.md):
 // bf16 single pool vs int8 checkpoint pool at equal memory vs an unbounded cache.
 //
 // Trace: --trace FILE (default data/traces/mooncake_conversation_trace.jsonl, 12,031 requests,
@@ -34,6 +34,10 @@
 // minute of trace time, wall time. The trace's own prefix reuse (block and token granularity,
 // infinite cache) is recomputed as a parser check, and a match+insert benchmark replays every
 // prompt through a bare radix tree.
+//
+// measure_replay loads the trace, sizes the pools, runs every mode and the benchmark
+// (ReplayResult), printing the trace and the pool sizes as it starts; record_replay writes the
+// result file's datasets and the summary and prints one line per mode and the benchmark's.
 #include <chrono>
 #include <numeric>
 
@@ -134,6 +138,287 @@ double bench_match_insert(const std::vector<TraceRequest>& reqs, double* seconds
   return spent > 0 ? static_cast<double>(total) / spent : 0.0;
 }
 
+// One mode's replay of the trace and what is reported of it.
+struct ModeReplay {
+  ReplayRun run;
+  double token_hit_rate = 0.0;  // sum(cached tokens) / sum(prompt tokens)
+  double ttft_p50_s = 0.0;      // median time to first token (cost model), s
+  // The dequantize fire count (docs/cache_model.md): the copy-on-write loads, int8 dequantizes in
+  // int8 mode and slot copies in bf16 mode.
+  int64_t dequant_loads = 0;
+  int64_t evictions = 0;               // nodes evicted by evict_full + states by evict_state
+  std::vector<int64_t> cached_tokens;  // per trace request
+  // Per minute of trace time: token hit rate of the requests arriving in it (0 without any).
+  std::vector<double> hit_rate_per_minute;
+};
+
+// The match + insert benchmark (bench_match_insert).
+struct MatchInsertBench {
+  double seconds = 0.0;       // time in match + insert
+  int64_t tokens = 0;         // prompt tokens
+  double tokens_per_s = 0.0;  // tokens / seconds (0 when no time was measured)
+};
+
+struct ReplayResult {
+  std::string trace;  // path of the trace file
+  BadLines bad_lines = BadLines::reject;
+  std::vector<TraceIssue> skipped;  // malformed lines skipped (--trace-bad-lines skip)
+  int64_t requests = 0;             // replayed (quick: the first 1,000)
+  int64_t prompt_tokens = 0;
+  TraceReuse reuse;                 // the trace's own prefix reuse, infinite cache
+  double cache_memory_bytes = 0.0;  // memory left for caches per GPU
+  uint64_t state_memory_bytes = 0;  // state-pool memory of both bounded runs
+  size_t minutes = 0;               // minutes of trace time (columns of hit_rate_per_minute)
+  // bf16, int8, unbounded, unbounded_engine, state_bound_bf16, state_bound_int8.
+  std::vector<ModeReplay> modes;
+  MatchInsertBench bench;
+
+  double token_hit_rate(const std::string& mode) const {
+    for (const ModeReplay& r : modes)
+      if (r.run.mode == mode) return r.token_hit_rate;
+    fail("replay: no mode {}", mode);
+  }
+};
+
+// What is reported of a run: hit rates (overall and per minute of trace time), median TTFT,
+// dequantize loads and evictions.
+ModeReplay summarize_run(ReplayRun run, const std::vector<TraceRequest>& reqs, size_t minutes) {
+  ModeReplay m;
+  const double minute = 60.0;
+  const double t_base = reqs.front().timestamp_ms;
+  std::vector<double> hit(minutes, 0.0), prompt(minutes, 0.0);
+  int64_t cached = 0, pt = 0;
+  std::vector<double> ttft;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const RequestRecord& r = run.records[i];
+    const size_t b = static_cast<size_t>((reqs[i].timestamp_ms - t_base) / 1000.0 / minute);
+    hit[b] += static_cast<double>(r.cached_tokens);
+    prompt[b] += static_cast<double>(r.prompt_len);
+    cached += r.cached_tokens;
+    pt += r.prompt_len;
+    ttft.push_back(r.first_token - r.arrival);
+  }
+  m.hit_rate_per_minute.resize(minutes);
+  for (size_t b = 0; b < minutes; ++b)
+    m.hit_rate_per_minute[b] = prompt[b] > 0 ? hit[b] / prompt[b] : 0.0;
+  std::sort(ttft.begin(), ttft.end());
+  m.ttft_p50_s = ttft[ttft.size() / 2];
+  m.token_hit_rate = pt > 0 ? static_cast<double>(cached) / static_cast<double>(pt) : 0.0;
+  m.dequant_loads = run.counters.cow_loads;
+  m.evictions = run.tree.full_evicted_nodes + run.tree.state_evictions;
+  m.cached_tokens.resize(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) m.cached_tokens[i] = run.records[i].cached_tokens;
+  m.run = std::move(run);
+  return m;
+}
+
+// The engine config of the options in `mode` with the pools replay sets itself: `active` slots
+// and `ckpt` checkpoint slots (0: twice the active ones, as --ckpt-slots 0; bf16 mode has no
+// checkpoint pool and ignores them).
+EngineConfig replay_config(const Options& o, const ModelConfig& m, CacheMode mode, int64_t active,
+                           int64_t ckpt, int64_t kv_tokens) {
+  EngineConfig c = options_engine_config(o, m, mode, kv_tokens);
+  c.cache.active_slots = static_cast<int32_t>(active);
+  c.cache.ckpt_slots = static_cast<int32_t>(ckpt > 0 ? ckpt : 2 * active);
+  return c;
+}
+
+// Throws statecheck::Error for a trace that cannot be read or has no valid request, and whatever
+// replay_pools throws.
+ReplayResult measure_replay(const Options& o, const ModelConfig& m) {
+  ReplayResult res;
+  const std::string path = trace_path(o);
+  res.trace = path;
+  res.bad_lines = o.trace_bad_lines;
+  Trace trace = load_mooncake_trace(path, o.trace_bad_lines);
+  for (size_t i = 0; i < trace.skipped.size(); ++i)
+    if (i < 20)
+      fmt::print("replay: skipped {}:{}: {}\n", path, trace.skipped[i].line,
+                 trace.skipped[i].reason);
+  if (trace.skipped.size() > 20)
+    fmt::print("replay: ... {} malformed lines skipped in all\n", trace.skipped.size());
+  if (trace.reordered)
+    fmt::print("replay: timestamps were not in order; requests sorted by timestamp\n");
+  if (trace.requests.empty()) fail("{}: no valid requests", path);
+  res.skipped = std::move(trace.skipped);
+  std::vector<TraceRequest> reqs = std::move(trace.requests);
+  const size_t quick_n = 1000;
+  if (o.quick && reqs.size() > quick_n) reqs.resize(quick_n);
+  res.requests = static_cast<int64_t>(reqs.size());
+  int64_t prompt_total = 0, output_total = 0;
+  for (const auto& r : reqs) {
+    prompt_total += r.input_length;
+    output_total += std::max(1, r.output_length);
+  }
+  res.prompt_tokens = prompt_total;
+  res.reuse = trace_prefix_reuse(reqs);
+  fmt::print(
+      "replay: {} ({} requests, {} prompt tokens, {} output tokens, {} lines skipped); "
+      "infinite-cache prefix "
+      "reuse {:.2f}% of blocks, {:.2f}% of tokens\n",
+      path, reqs.size(), prompt_total, output_total, res.skipped.size(),
+      100.0 * res.reuse.block_fraction(), 100.0 * res.reuse.token_fraction());
+
+  // ---- memory budget ----------------------------------------------------------------------------
+  const StateDtypes dt = options_dtypes(o);
+  const ReplayPools pools = replay_pools(o, m);
+  const Budget& bf16_budget = pools.bf16;
+  const int64_t A_bf16 = bf16_budget.active.slots;
+  const Int8Split& split = pools.int8;
+  const int64_t kv_tokens = bf16_budget.kv_tokens_correct;
+  res.cache_memory_bytes = bf16_budget.rest_bytes;
+  res.state_memory_bytes = split.budget;
+  fmt::print(
+      "replay: memory per GPU: {:.2f} GiB for caches; bf16: {} active slots ({:.2f} GiB); int8: {} "
+      "active + {} "
+      "checkpoint slots ({:.2f} GiB); KV {} tokens ({:.2f} GiB) in both\n",
+      bf16_budget.rest_bytes / kGiB, A_bf16, bf16_budget.active.total.total() / kGiB, split.active,
+      split.ckpt, split.bytes / kGiB, kv_tokens,
+      kv_tokens * static_cast<double>(bf16_budget.kv_bytes_per_token) / kGiB);
+
+  const EngineConfig bf16_cfg = replay_config(o, m, CacheMode::bf16, A_bf16, 0, kv_tokens);
+  const EngineConfig int8_cfg =
+      replay_config(o, m, CacheMode::int8, split.active, split.ckpt, kv_tokens);
+  // Unbounded: every pool larger than the trace can fill; bookkeeping only; bf16's running cap.
+  const int bf16_cap = bf16_cfg.resolved_max_running();
+  int64_t max_states = 0;  // at most: one per prefill chunk, one after prefill, one at finish
+  for (const auto& r : reqs) max_states += r.input_length / std::max(1, o.chunked_prefill) + 3;
+  auto unbounded = [&](CacheStrategy strategy, bool kv_only) {
+    EngineConfig c = replay_config(o, m, CacheMode::int8, int64_t{bf16_cap} * 3 + 8,
+                                   std::min<int64_t>(max_states, (int64_t{1} << 31) - 2),
+                                   prompt_total + output_total + 1);
+    c.cache.strategy = strategy;
+    c.cache.payload = false;
+    c.max_running = bf16_cap;
+    c.cache.kv_only_match = kv_only;
+    return c;
+  };
+  // State-bound point: the PR benchmark's server set-up (--max-mamba-cache-size 256) with the
+  // running cap fixed at 32 for both modes, so the state pools bind before the KV pool does. int8
+  // gets the same state bytes: 32 x 3 active slots, the rest as checkpoint slots.
+  const int sb_running = 32;
+  const int64_t sb_active = 256;
+  const Int8Split sb_split =
+      int8_split_for_running(sb_active, int64_t{sb_running} * bf16_cfg.cache.slots_per_request(),
+                             active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
+  EngineConfig sb_bf16 = replay_config(o, m, CacheMode::bf16, sb_active, 0, kv_tokens);
+  EngineConfig sb_int8 =
+      replay_config(o, m, CacheMode::int8, sb_split.active, sb_split.ckpt, kv_tokens);
+  sb_bf16.max_running = sb_int8.max_running = sb_running;
+
+  const double t_base = reqs.front().timestamp_ms;
+  res.minutes = static_cast<size_t>((reqs.back().timestamp_ms - t_base) / 1000.0 / 60.0) + 1;
+  const std::pair<const char*, EngineConfig> runs[] = {
+      {"bf16", bf16_cfg},
+      {"int8", int8_cfg},
+      {"unbounded", unbounded(CacheStrategy::no_buffer, true)},
+      {"unbounded_engine", unbounded(o.strategy, false)},
+      {"state_bound_bf16", sb_bf16},
+      {"state_bound_int8", sb_int8}};
+  for (const auto& [mode, cfg] : runs)
+    res.modes.push_back(summarize_run(replay_once(mode, cfg, reqs, path), reqs, res.minutes));
+
+  // ---- match + insert benchmark (bookkeeping, one core) -----------------------------------------
+  res.bench.tokens_per_s = bench_match_insert(reqs, &res.bench.seconds, &res.bench.tokens);
+  return res;
+}
+
+void record_replay(const ReplayResult& r, H5Writer& file, Summary& summary) {
+  const std::string g = "replay";
+  file.group(g);
+  file.attr(g, "trace", r.trace);
+  file.attr(g, "requests", r.requests);
+  file.attr(g, "skipped_lines", static_cast<int64_t>(r.skipped.size()));
+  file.attr(g, "bad_lines_policy", std::string(bad_lines_name(r.bad_lines)));
+  file.attr(g, "token_mapping",
+            std::string("block hash h, position j -> token id h * 512 + j; outputs unique"));
+  if (!r.skipped.empty()) {
+    std::vector<std::string> lines;
+    for (const auto& s : r.skipped) lines.push_back(fmt::format("line {}: {}", s.line, s.reason));
+    file.write_strings(g + "/skipped_lines", lines,
+                       "malformed trace lines skipped (--trace-bad-lines skip)");
+  }
+  file.write_scalar(g + "/prompt_tokens", static_cast<double>(r.prompt_tokens), "tokens",
+                    "prompt tokens replayed");
+  file.write_scalar(g + "/trace_block_reuse", r.reuse.block_fraction(), "1",
+                    "infinite cache, 512-token blocks: reused leading blocks / all blocks");
+  file.write_scalar(
+      g + "/trace_token_reuse", r.reuse.token_fraction(), "1",
+      "infinite cache, tokens: longest shared prefix of tokens[0, len - 1) / all prompt tokens");
+  file.write_scalar(g + "/cache_memory_gib", r.cache_memory_bytes / kGiB, "GiB",
+                    "memory left for caches per GPU");
+  file.write_scalar(g + "/state_memory_gib", r.state_memory_bytes / kGiB, "GiB",
+                    "state-pool memory of both bounded runs");
+  summary.set("replay.trace.block_reuse", r.reuse.block_fraction());
+  summary.set("replay.trace.token_reuse", r.reuse.token_fraction());
+  summary.set("replay.requests", static_cast<double>(r.requests));
+
+  std::vector<double> curve;
+  std::vector<std::string> names;
+  for (const ModeReplay& mr : r.modes) {
+    const ReplayRun& run = mr.run;
+    names.push_back(run.mode);
+    curve.insert(curve.end(), mr.hit_rate_per_minute.begin(), mr.hit_rate_per_minute.end());
+    const std::string mg = g + "/" + run.mode;
+    file.group(mg);
+    write_cache_config(file, mg, run.config.cache, run.max_running, run.config.chunked_prefill);
+    write_cache_counters(file, mg + "/counters", run.counters, run.tree);
+    file.write_scalar(mg + "/token_hit_rate", mr.token_hit_rate, "1",
+                      "sum(cached tokens) / sum(prompt tokens)");
+    file.write_scalar(mg + "/wall_s", run.wall_s, "s", "wall time of this replay on one core");
+    file.write_scalar(mg + "/simulated_s", run.sim_s, "s",
+                      "simulated time at the last finish (cost model)");
+    file.write_scalar(mg + "/ttft_p50_s", mr.ttft_p50_s, "s",
+                      "median time to first token (cost model)");
+    file.write_scalar(mg + "/peak_running", run.peak_running, "requests",
+                      "most requests running at once");
+    file.attr(mg, "kv_only_match", static_cast<int64_t>(run.config.cache.kv_only_match ? 1 : 0));
+    file.write(mg + "/cached_tokens", mr.cached_tokens, {mr.cached_tokens.size()}, "tokens",
+               "cached tokens per trace request");
+    summary.set(fmt::format("replay.{}.token_hit_rate", run.mode), mr.token_hit_rate);
+    summary.set(fmt::format("replay.{}.state_hits", run.mode),
+                static_cast<double>(run.counters.state_hits));
+    summary.set(fmt::format("replay.{}.dequant_loads", run.mode),
+                static_cast<double>(mr.dequant_loads));
+    summary.set(fmt::format("replay.{}.evictions", run.mode), static_cast<double>(mr.evictions));
+    summary.set(fmt::format("replay.{}.wall_s", run.mode), run.wall_s);
+    fmt::print(
+        "replay: {:<16} token hit rate {:.4f}, state hits {}, dequantize loads {}, evictions {} "
+        "(full {} nodes, "
+        "state {}), retractions {}, peak running {} (cap {}), simulated {:.0f} s, wall {:.1f} s "
+        "[{}]\n",
+        run.mode, mr.token_hit_rate, run.counters.state_hits, mr.dequant_loads, mr.evictions,
+        run.tree.full_evicted_nodes, run.tree.state_evictions, run.retractions, run.peak_running,
+        run.max_running, run.sim_s, run.wall_s, payload_mode_name(run.config.cache.payload));
+  }
+  file.write_strings(g + "/modes", names, "modes, in the order of the rows of hit_rate_per_minute");
+  file.write(
+      g + "/hit_rate_per_minute", curve, {r.modes.size(), r.minutes}, "1",
+      "[mode, minute of trace time]: token hit rate of the requests arriving in that minute");
+  const double trace_reuse = r.reuse.token_fraction();
+  const double unb = r.token_hit_rate("unbounded");
+  summary.set("replay.unbounded_over_trace_token_reuse", trace_reuse > 0 ? unb / trace_reuse : 0.0);
+  summary.set("replay.unbounded_excess_over_trace_token_reuse", unb - trace_reuse);
+  summary.set("replay.int8_minus_bf16.token_hit_rate",
+              r.token_hit_rate("int8") - r.token_hit_rate("bf16"));
+  summary.set("replay.state_bound.int8_minus_bf16.token_hit_rate",
+              r.token_hit_rate("state_bound_int8") - r.token_hit_rate("state_bound_bf16"));
+
+  const MatchInsertBench& b = r.bench;
+  const double unbounded_s = r.modes[2].run.wall_s, bf16_s = r.modes[0].run.wall_s;
+  file.write_scalar(g + "/bench_match_insert_tokens_per_s", b.tokens_per_s, "tokens/s",
+                    "radix match + insert of every prompt (bare tree, unbounded pools), prompt "
+                    "tokens per second");
+  summary.set("replay.bench.match_insert_tokens_per_s", b.tokens_per_s);
+  summary.set("replay.bench.unbounded_replay_s", unbounded_s);
+  summary.set("replay.bench.bf16_replay_s", bf16_s);
+  fmt::print(
+      "replay: bench: match + insert of {} prompt tokens in {:.2f} s = {:.3g} tokens/s; whole "
+      "unbounded replay "
+      "(bookkeeping, scheduler included) {:.1f} s\n",
+      b.tokens, b.seconds, b.tokens_per_s, unbounded_s);
+}
+
 }  // namespace
 
 ReplayPools replay_pools(const Options& o, const ModelConfig& m) {
@@ -154,223 +439,7 @@ ReplayPools replay_pools(const Options& o, const ModelConfig& m) {
 }
 
 void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  const std::string path = trace_path(o);
-  Trace trace = load_mooncake_trace(path, parse_bad_lines(o.trace_bad_lines));
-  for (size_t i = 0; i < trace.skipped.size(); ++i)
-    if (i < 20)
-      fmt::print("replay: skipped {}:{}: {}\n", path, trace.skipped[i].line,
-                 trace.skipped[i].reason);
-  if (trace.skipped.size() > 20)
-    fmt::print("replay: ... {} malformed lines skipped in all\n", trace.skipped.size());
-  if (trace.reordered)
-    fmt::print("replay: timestamps were not in order; requests sorted by timestamp\n");
-  if (trace.requests.empty()) fail("{}: no valid requests", path);
-  std::vector<TraceRequest> reqs = std::move(trace.requests);
-  const size_t quick_n = 1000;
-  if (o.quick && reqs.size() > quick_n) reqs.resize(quick_n);
-  int64_t prompt_total = 0, output_total = 0;
-  for (const auto& r : reqs) {
-    prompt_total += r.input_length;
-    output_total += std::max(1, r.output_length);
-  }
-  const TraceReuse reuse = trace_prefix_reuse(reqs);
-  fmt::print(
-      "replay: {} ({} requests, {} prompt tokens, {} output tokens, {} lines skipped); "
-      "infinite-cache prefix "
-      "reuse {:.2f}% of blocks, {:.2f}% of tokens\n",
-      path, reqs.size(), prompt_total, output_total, trace.skipped.size(),
-      100.0 * reuse.block_fraction(), 100.0 * reuse.token_fraction());
-
-  // ---- memory budget ----------------------------------------------------------------------------
-  const StateDtypes dt = options_dtypes(o);
-  const ReplayPools pools = replay_pools(o, m);
-  const Budget& bf16_budget = pools.bf16;
-  const int64_t A_bf16 = bf16_budget.active.slots;
-  const Int8Split& split = pools.int8;
-  const int64_t kv_tokens = bf16_budget.kv_tokens_correct;
-  fmt::print(
-      "replay: memory per GPU: {:.2f} GiB for caches; bf16: {} active slots ({:.2f} GiB); int8: {} "
-      "active + {} "
-      "checkpoint slots ({:.2f} GiB); KV {} tokens ({:.2f} GiB) in both\n",
-      bf16_budget.rest_bytes / kGiB, A_bf16, bf16_budget.active.total.total() / kGiB, split.active,
-      split.ckpt, split.bytes / kGiB, kv_tokens,
-      kv_tokens * static_cast<double>(bf16_budget.kv_bytes_per_token) / kGiB);
-
-  Options ob = o;
-  ob.mode = "bf16";
-  ob.active_slots = static_cast<int>(A_bf16);
-  EngineConfig bf16_cfg = options_engine_config(ob, m, kv_tokens);
-  Options oi = o;
-  oi.mode = "int8";
-  oi.active_slots = static_cast<int>(split.active);
-  oi.ckpt_slots = static_cast<int>(split.ckpt);
-  EngineConfig int8_cfg = options_engine_config(oi, m, kv_tokens);
-  // Unbounded: every pool larger than the trace can fill; bookkeeping only; bf16's running cap.
-  const int bf16_cap = bf16_cfg.resolved_max_running();
-  int64_t max_states = 0;  // at most: one per prefill chunk, one after prefill, one at finish
-  for (const auto& r : reqs) max_states += r.input_length / std::max(1, o.chunked_prefill) + 3;
-  auto unbounded = [&](const std::string& strategy, bool kv_only) {
-    Options ou = o;
-    ou.mode = "int8";
-    ou.strategy = strategy;
-    ou.no_payload = true;
-    ou.active_slots = bf16_cap * 3 + 8;
-    ou.ckpt_slots = static_cast<int>(std::min<int64_t>(max_states, (int64_t{1} << 31) - 2));
-    ou.max_running = bf16_cap;
-    EngineConfig c = options_engine_config(ou, m, prompt_total + output_total + 1);
-    c.cache.kv_only_match = kv_only;
-    return c;
-  };
-  const EngineConfig unb_cfg = unbounded("no_buffer", true);
-  const EngineConfig eng_cfg = unbounded(o.strategy, false);
-
-  std::vector<ReplayRun> runs;
-  runs.push_back(replay_once("bf16", bf16_cfg, reqs, path));
-  runs.push_back(replay_once("int8", int8_cfg, reqs, path));
-  runs.push_back(replay_once("unbounded", unb_cfg, reqs, path));
-  runs.push_back(replay_once("unbounded_engine", eng_cfg, reqs, path));
-  // State-bound point: the PR benchmark's server set-up (--max-mamba-cache-size 256) with the
-  // running cap fixed at 32 for both modes, so the state pools bind before the KV pool does. int8
-  // gets the same state bytes: 32 x 3 active slots, the rest as checkpoint slots.
-  const int sb_running = 32;
-  const int64_t sb_active = 256;
-  const Int8Split sb_split =
-      int8_split_for_running(sb_active, int64_t{sb_running} * bf16_cfg.cache.slots_per_request(),
-                             active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
-  Options sb = o;
-  sb.mode = "bf16";
-  sb.active_slots = static_cast<int>(sb_active);
-  sb.max_running = sb_running;
-  const EngineConfig sb_bf16 = options_engine_config(sb, m, kv_tokens);
-  sb.mode = "int8";
-  sb.active_slots = static_cast<int>(sb_split.active);
-  sb.ckpt_slots = static_cast<int>(sb_split.ckpt);
-  const EngineConfig sb_int8 = options_engine_config(sb, m, kv_tokens);
-  runs.push_back(replay_once("state_bound_bf16", sb_bf16, reqs, path));
-  runs.push_back(replay_once("state_bound_int8", sb_int8, reqs, path));
-
-  // ---- results ----------------------------------------------------------------------------------
-  const std::string g = "replay";
-  file.group(g);
-  file.attr(g, "trace", path);
-  file.attr(g, "requests", static_cast<int64_t>(reqs.size()));
-  file.attr(g, "skipped_lines", static_cast<int64_t>(trace.skipped.size()));
-  file.attr(g, "bad_lines_policy", o.trace_bad_lines);
-  file.attr(g, "token_mapping",
-            std::string("block hash h, position j -> token id h * 512 + j; outputs unique"));
-  if (!trace.skipped.empty()) {
-    std::vector<std::string> lines;
-    for (const auto& s : trace.skipped)
-      lines.push_back(fmt::format("line {}: {}", s.line, s.reason));
-    file.write_strings(g + "/skipped_lines", lines,
-                       "malformed trace lines skipped (--trace-bad-lines skip)");
-  }
-  file.write_scalar(g + "/prompt_tokens", static_cast<double>(prompt_total), "tokens",
-                    "prompt tokens replayed");
-  file.write_scalar(g + "/trace_block_reuse", reuse.block_fraction(), "1",
-                    "infinite cache, 512-token blocks: reused leading blocks / all blocks");
-  file.write_scalar(
-      g + "/trace_token_reuse", reuse.token_fraction(), "1",
-      "infinite cache, tokens: longest shared prefix of tokens[0, len - 1) / all prompt tokens");
-  file.write_scalar(g + "/cache_memory_gib", bf16_budget.rest_bytes / kGiB, "GiB",
-                    "memory left for caches per GPU");
-  file.write_scalar(g + "/state_memory_gib", split.budget / kGiB, "GiB",
-                    "state-pool memory of both bounded runs");
-  summary.set("replay.trace.block_reuse", reuse.block_fraction());
-  summary.set("replay.trace.token_reuse", reuse.token_fraction());
-  summary.set("replay.requests", static_cast<double>(reqs.size()));
-
-  const double minute = 60.0;
-  const double t_base = reqs.front().timestamp_ms;
-  const size_t bins =
-      static_cast<size_t>((reqs.back().timestamp_ms - t_base) / 1000.0 / minute) + 1;
-  std::vector<double> curve(runs.size() * bins, 0.0);
-  std::vector<std::string> names;
-  for (size_t k = 0; k < runs.size(); ++k) {
-    const ReplayRun& run = runs[k];
-    names.push_back(run.mode);
-    std::vector<double> hit(bins, 0.0), prompt(bins, 0.0);
-    int64_t cached = 0, pt = 0;
-    std::vector<double> ttft;
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      const RequestRecord& r = run.records[i];
-      const size_t b = static_cast<size_t>((reqs[i].timestamp_ms - t_base) / 1000.0 / minute);
-      hit[b] += static_cast<double>(r.cached_tokens);
-      prompt[b] += static_cast<double>(r.prompt_len);
-      cached += r.cached_tokens;
-      pt += r.prompt_len;
-      ttft.push_back(r.first_token - r.arrival);
-    }
-    for (size_t b = 0; b < bins; ++b)
-      curve[k * bins + b] = prompt[b] > 0 ? hit[b] / prompt[b] : 0.0;
-    std::sort(ttft.begin(), ttft.end());
-    const double rate = pt > 0 ? static_cast<double>(cached) / static_cast<double>(pt) : 0.0;
-    // The dequantize fire count per mode (spec cache.md section 4): the copy-on-write loads, int8
-    // dequantizes in int8 mode and slot copies in bf16 mode.
-    const int64_t dequant = run.counters.cow_loads;
-    const int64_t evictions = run.tree.full_evicted_nodes + run.tree.state_evictions;
-    const std::string mg = g + "/" + run.mode;
-    file.group(mg);
-    write_cache_config(file, mg, run.config.cache, run.max_running, run.config.chunked_prefill);
-    write_cache_counters(file, mg + "/counters", run.counters, run.tree);
-    file.write_scalar(mg + "/token_hit_rate", rate, "1", "sum(cached tokens) / sum(prompt tokens)");
-    file.write_scalar(mg + "/wall_s", run.wall_s, "s", "wall time of this replay on one core");
-    file.write_scalar(mg + "/simulated_s", run.sim_s, "s",
-                      "simulated time at the last finish (cost model)");
-    file.write_scalar(mg + "/ttft_p50_s", ttft[ttft.size() / 2], "s",
-                      "median time to first token (cost model)");
-    file.write_scalar(mg + "/peak_running", run.peak_running, "requests",
-                      "most requests running at once");
-    file.attr(mg, "kv_only_match", static_cast<int64_t>(run.config.cache.kv_only_match ? 1 : 0));
-    std::vector<int64_t> cached_per(reqs.size());
-    for (size_t i = 0; i < reqs.size(); ++i) cached_per[i] = run.records[i].cached_tokens;
-    file.write(mg + "/cached_tokens", cached_per, {reqs.size()}, "tokens",
-               "cached tokens per trace request");
-    summary.set(fmt::format("replay.{}.token_hit_rate", run.mode), rate);
-    summary.set(fmt::format("replay.{}.state_hits", run.mode),
-                static_cast<double>(run.counters.state_hits));
-    summary.set(fmt::format("replay.{}.dequant_loads", run.mode), static_cast<double>(dequant));
-    summary.set(fmt::format("replay.{}.evictions", run.mode), static_cast<double>(evictions));
-    summary.set(fmt::format("replay.{}.wall_s", run.mode), run.wall_s);
-    fmt::print(
-        "replay: {:<16} token hit rate {:.4f}, state hits {}, dequantize loads {}, evictions {} "
-        "(full {} nodes, "
-        "state {}), retractions {}, peak running {} (cap {}), simulated {:.0f} s, wall {:.1f} s "
-        "[{}]\n",
-        run.mode, rate, run.counters.state_hits, dequant, evictions, run.tree.full_evicted_nodes,
-        run.tree.state_evictions, run.retractions, run.peak_running, run.max_running, run.sim_s,
-        run.wall_s, payload_mode_name(run.config.cache.payload));
-  }
-  file.write_strings(g + "/modes", names, "modes, in the order of the rows of hit_rate_per_minute");
-  file.write(
-      g + "/hit_rate_per_minute", curve, {runs.size(), bins}, "1",
-      "[mode, minute of trace time]: token hit rate of the requests arriving in that minute");
-  const double unb = summary.get("replay.unbounded.token_hit_rate");
-  summary.set("replay.unbounded_over_trace_token_reuse",
-              reuse.token_fraction() > 0 ? unb / reuse.token_fraction() : 0.0);
-  summary.set("replay.unbounded_excess_over_trace_token_reuse", unb - reuse.token_fraction());
-  summary.set(
-      "replay.int8_minus_bf16.token_hit_rate",
-      summary.get("replay.int8.token_hit_rate") - summary.get("replay.bf16.token_hit_rate"));
-  summary.set("replay.state_bound.int8_minus_bf16.token_hit_rate",
-              summary.get("replay.state_bound_int8.token_hit_rate") -
-                  summary.get("replay.state_bound_bf16.token_hit_rate"));
-
-  // ---- match + insert benchmark (bookkeeping, one core) -----------------------------------------
-  double secs = 0.0;
-  int64_t toks = 0;
-  const double tps = bench_match_insert(reqs, &secs, &toks);
-  file.write_scalar(g + "/bench_match_insert_tokens_per_s", tps, "tokens/s",
-                    "radix match + insert of every prompt (bare tree, unbounded pools), prompt "
-                    "tokens per second");
-  summary.set("replay.bench.match_insert_tokens_per_s", tps);
-  summary.set("replay.bench.unbounded_replay_s", runs[2].wall_s);
-  summary.set("replay.bench.bf16_replay_s", runs[0].wall_s);
-  fmt::print(
-      "replay: bench: match + insert of {} prompt tokens in {:.2f} s = {:.3g} tokens/s; whole "
-      "unbounded replay "
-      "(bookkeeping, scheduler included) {:.1f} s\n",
-      toks, secs, tps, runs[2].wall_s);
+  record_replay(measure_replay(o, m), file, summary);
 }
 
 }  // namespace statecheck

@@ -72,13 +72,12 @@ void make_plots(const std::string& dir) {
 Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
                                  const std::string& dir) {
   Options o = base;
-  if (!e.cuda_path) o.device = "cpu";
-  if (e.name == "kl") {
-    // kl runs the shipped tiny language model on its own text; the suite's model (a serving
-    // model: run_suite refuses others) and drive are for the other experiments.
-    o.model_given = false;
-    o.drive.clear();
-  }
+  if (!e.cuda_path) o.device = Device::cpu;
+  // An experiment on its own model (kl: the shipped tiny language model on its own text) gets
+  // neither the suite's model (a serving model: run_suite refuses others) nor the options it
+  // refuses (kl: --drive); those are for the other experiments.
+  if (e.own_model) o.model_given = false;
+  for (const OptionNote& r : e.refuses) reset_option(o, r.option);
   o.experiment = e.name;
   o.out = dir + "/" + e.name + ".h5";
   return o;
@@ -94,7 +93,7 @@ int run_suite(const Options& base) {
   const std::string summary_path = base.summary.empty() ? dir + "/summary.json" : base.summary;
   const ModelConfig model = options_model(base);
   check_drive_option(base, model);
-  if (base.drive == "tinylm")
+  if (base.drive && base.drive->kind == DriveKind::tinylm)
     fail(
         "suite: --drive tinylm runs on the tiny language model, which has no KV cache for memory, "
         "capacity, firecount and replay; run codec or chain with --drive tinylm (kl always runs "
@@ -121,14 +120,14 @@ int run_suite(const Options& base) {
   // The trace too, before the experiments that run ahead of replay (a bad line fails in seconds).
   for (const auto& e : experiment_registry())
     if (e.in_suite && e.name == "replay")
-      load_mooncake_trace(trace_path(base), parse_bad_lines(base.trace_bad_lines));
+      load_mooncake_trace(trace_path(base), base.trace_bad_lines);
   auto rows = load_thresholds(thresholds_path());  // before the work: a bad file costs nothing
   // Removed again (if empty) when the suite fails; kept once its files are committed.
   CreatedDirectories result_dir("--out " + dir, dir);
   Summary all;
   fmt::print("suite: model {} at TP {}, {} protocol, results in {}/\n", model.name, model.tp,
              base.quick ? "quick" : "full", dir);
-  if (base.device == "cuda") {
+  if (base.device == Device::cuda) {
     // Fail before any work when no GPU can be used; experiments without a CUDA path run on the CPU.
     for (const auto& e : experiment_registry())
       if (e.in_suite && e.cuda_path) require_cuda_if_asked(base, e);
@@ -139,9 +138,9 @@ int run_suite(const Options& base) {
   for (const auto& e : experiment_registry()) {
     if (!e.in_suite) continue;
     const Options o = suite_experiment_options(base, e, dir);
-    if (e.name == "kl" && base.model_given && !o.model_given)
-      fmt::print("kl: runs the shipped tiny language model; --model {} applies to the others\n",
-                 base.model);
+    if (e.own_model && base.model_given)
+      fmt::print("{}: runs the shipped tiny language model; --model {} applies to the others\n",
+                 e.name, base.model);
     fmt::print("\n==== {} : {}\n", e.name, e.description);
     files.push_back(std::make_unique<H5Writer>(o.out));
     H5Writer& file = *files.back();

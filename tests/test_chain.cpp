@@ -104,7 +104,7 @@ void check_per_head_breakdown(const ModelConfig& m, const std::string& drive_nam
   SCOPED_TRACE(drive_name);
   const TempDir tmp("chain_" + drive_name);
   Options o = chain_options();
-  o.drive = drive_name;
+  o.drive = parse_drive(drive_name, "");
   const Summary summary = run_chain_to(m, o, tmp.file("chain.h5"));
   const RecurrenceShape s = recurrence_shape(m);
   const int L = m.linear_layer_count(), HV = s.HV, dk = s.dk, dv = s.dv, heads = L * HV;
@@ -243,7 +243,7 @@ TEST(ChainExperiment, SaturationFollowsTheContractionModel) {
     for (uint64_t seed : {0, 1}) {
       const TempDir tmp(std::string("chain_model_") + c.drive);
       Options o = chain_options();
-      o.drive = c.drive;
+      o.drive = parse_drive(c.drive, "");
       o.seed = seed;
       const Summary s = run_chain_to(c.model, o, tmp.file("chain.h5"));
       const double measured = s.get("chain.saturation_ratio");

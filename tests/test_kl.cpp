@@ -212,7 +212,7 @@ TEST(KlExperiment, CudaDeviceIsRefusedWithAReason) {
 #endif
   Options o;
   o.quick = true;
-  o.device = "cuda";
+  o.device = Device::cuda;
   Summary s;
   H5Writer file(
       (fs::temp_directory_path() / ("statecheck_kl_cuda_" + std::to_string(::getpid()) + ".h5"))

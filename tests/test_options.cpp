@@ -17,6 +17,7 @@
 #include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
+#include "experiments/options.h"
 #include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
@@ -24,13 +25,14 @@ using namespace statecheck;
 
 namespace {
 
-std::string error_of(const std::function<void(Options&)>& change) {
-  Options o;
-  o.experiment = "codec";
-  change(o);
+// The error the command line `statecheck codec <args>` stops with ("" when it parses): an invalid
+// value (statecheck::Error) or an unknown or malformed option (boost's error).
+std::string error_of(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"statecheck", "codec"};
+  argv.insert(argv.end(), args.begin(), args.end());
   try {
-    validate_options(o);
-  } catch (const Error& e) {
+    parse_command_line(argv);
+  } catch (const std::exception& e) {
     return e.what();
   }
   return "";
@@ -39,58 +41,124 @@ std::string error_of(const std::function<void(Options&)>& change) {
 }  // namespace
 
 TEST(Options, DefaultsAreValid) {
-  EXPECT_EQ(error_of([](Options&) {}), "");
+  EXPECT_EQ(error_of({}), "");
+  const Options o = parse_command_line({"statecheck", "codec"}).options;
+  EXPECT_EQ(o.device, Device::cpu);
+  EXPECT_FALSE(o.drive.has_value());
+  EXPECT_EQ(o.codec.kind, CodecKind::int8);
+  EXPECT_EQ(o.codec.scale_dtype, Dtype::fp32);
+  EXPECT_EQ(o.strategy, CacheStrategy::extra_buffer);
+  EXPECT_EQ(o.temporal_dtype, Dtype::fp32);
+  EXPECT_FALSE(o.scale_dtype.has_value());
+  EXPECT_EQ(o.conv_dtype, Dtype::bf16);
+  EXPECT_EQ(o.trace_bad_lines, BadLines::reject);
 }
 
 TEST(Options, OutOfRangeValuesNameTheirOption) {
-  const std::pair<std::function<void(Options&)>, const char*> cases[] = {
-      {[](Options& o) { o.prefill = -1; }, "--prefill"},
-      {[](Options& o) { o.decode = 1 << 30; }, "--decode"},
-      {[](Options& o) { o.chain_tokens = 0; }, "--chain-tokens"},
-      {[](Options& o) { o.chain_tokens = 200; }, "--chain-tokens"},
-      {[](Options& o) { o.chain_layers = -1; }, "--chain-layers"},
-      {[](Options& o) { o.active_slots = 0; }, "--active-slots"},
-      {[](Options& o) { o.ckpt_slots = -1; }, "--ckpt-slots"},
-      {[](Options& o) { o.gpu_mem_gib = std::nan(""); }, "--gpu-mem-gib"},
-      {[](Options& o) { o.mem_fraction = 1.5; }, "--mem-fraction"},
-      {[](Options& o) { o.weights_gib = std::nan(""); }, "--weights-gib"},
-      {[](Options& o) { o.threads = 100000; }, "--threads"},
-      {[](Options& o) { o.mode = "fp4"; }, "--mode"},
-      {[](Options& o) { o.strategy = "lazy"; }, "--strategy"},
-      {[](Options& o) { o.codec = "int4"; }, "codec 'int4'"},
-      {[](Options& o) { o.chunked_prefill = 1; }, "--chunked-prefill"},
-      {[](Options& o) { o.trace_bad_lines = "maybe"; }, "--trace-bad-lines"},
-      {[](Options& o) { o.device = "tpu"; }, "--device"},
-      {[](Options& o) { o.scale_dtype = "fp8"; }, "--scale-dtype must be bf16 or fp32"},
-      {[](Options& o) { o.active_slots = 1 << 22; }, "--ckpt-slots 0 means 2 x --active-slots"},
-      {[](Options& o) { o.states = "x.safetensors"; }, "without --drive states"},
-      {[](Options& o) { o.drive = "nosuch"; }, "unknown drive"},
-      {[](Options& o) { o.trace = "/nonexistent/trace.jsonl"; },
-       "--trace /nonexistent/trace.jsonl: no such file"},
-      {[](Options& o) { o.trace = "/"; }, "--trace /: is a directory"},
-      {[](Options& o) { o.trace = "/dev/null"; }, "--trace /dev/null: not a regular file"},
-      {[](Options& o) {
-         o.drive = "states";
-         o.states = "/nonexistent.safetensors";
-       },
+  const std::pair<std::vector<std::string>, const char*> cases[] = {
+      {{"--prefill=-1"}, "--prefill"},
+      {{"--decode", "1073741824"}, "--decode"},
+      {{"--chain-tokens", "0"}, "--chain-tokens"},
+      {{"--chain-tokens", "200"}, "--chain-tokens"},
+      {{"--chain-layers=-1"}, "--chain-layers"},
+      {{"--active-slots", "0"}, "--active-slots"},
+      {{"--ckpt-slots=-1"}, "--ckpt-slots"},
+      {{"--gpu-mem-gib", "nan"}, "--gpu-mem-gib"},
+      {{"--mem-fraction", "1.5"}, "--mem-fraction"},
+      {{"--weights-gib", "nan"}, "--weights-gib"},
+      {{"--threads", "100000"}, "--threads"},
+      // --mode is read by no experiment: it is not an option (boost's unknown-option error).
+      {{"--mode", "int8"}, "unrecognised option '--mode'"},
+      {{"--strategy", "lazy"}, "--strategy"},
+      {{"--codec", "int4"}, "codec 'int4'"},
+      {{"--chunked-prefill", "1"}, "--chunked-prefill"},
+      {{"--trace-bad-lines", "maybe"}, "--trace-bad-lines"},
+      {{"--device", "tpu"}, "--device"},
+      {{"--scale-dtype", "fp8"}, "--scale-dtype must be bf16 or fp32"},
+      {{"--active-slots", "4194304"}, "--ckpt-slots 0 means 2 x --active-slots"},
+      {{"--states", "x.safetensors"}, "without --drive states"},
+      {{"--drive", "nosuch"}, "unknown drive"},
+      {{"--trace", "/nonexistent/trace.jsonl"}, "--trace /nonexistent/trace.jsonl: no such file"},
+      {{"--trace", "/"}, "--trace /: is a directory"},
+      {{"--trace", "/dev/null"}, "--trace /dev/null: not a regular file"},
+      {{"--drive", "states", "--states", "/nonexistent.safetensors"},
        "--states /nonexistent.safetensors: no such file"},
-      {[](Options& o) {
-         o.codec = "int8_fp32_scale";
-         o.scale_dtype = "bf16";
-       },
+      {{"--codec", "int8_fp32_scale", "--scale-dtype", "bf16"},
        "--codec int8_fp32_scale names a fp32 scale but --scale-dtype is bf16"},
   };
-  for (const auto& [change, name] : cases) {
-    const std::string msg = error_of(change);
+  for (const auto& [args, name] : cases) {
+    const std::string msg = error_of(args);
     EXPECT_NE(msg.find(name), std::string::npos)
         << "expected an error naming " << name << ", got: " << msg;
   }
 }
 
+// Each option's text becomes its typed value once, when the command line is parsed; --codec's
+// scale dtype is the one it names, else --scale-dtype, else the temporal dtype.
+TEST(Options, TextBecomesTypedValues) {
+  const Options o = parse_command_line({"statecheck", "chain", "--device", "cuda", "--drive",
+                                        "seed-kda", "--strategy", "no_buffer", "--temporal-dtype",
+                                        "bf16", "--trace-bad-lines", "skip", "--codec", "fp8_e4m3"})
+                        .options;
+  EXPECT_EQ(o.device, Device::cuda);
+  ASSERT_TRUE(o.drive.has_value());
+  EXPECT_EQ(o.drive->kind, DriveKind::seed_kda);
+  EXPECT_EQ(o.strategy, CacheStrategy::no_buffer);
+  EXPECT_EQ(o.temporal_dtype, Dtype::bf16);
+  EXPECT_EQ(o.scale_dtype_or_default(), Dtype::bf16);
+  EXPECT_EQ(o.trace_bad_lines, BadLines::skip);
+  EXPECT_EQ(o.codec.kind, CodecKind::fp8_e4m3);
+  EXPECT_EQ(o.codec.scale_dtype, Dtype::bf16);
+  EXPECT_EQ(parse_command_line(
+                {"statecheck", "chain", "--codec", "int8_fp32_scale", "--temporal-dtype", "bf16"})
+                .options.codec.scale_dtype,
+            Dtype::fp32);
+  EXPECT_EQ(parse_command_line({"statecheck", "chain", "--scale-dtype", "bf16"})
+                .options.codec.scale_dtype,
+            Dtype::bf16);
+  const Options s = parse_command_line({"statecheck", "codec", "--drive", "states", "--states",
+                                        std::string(STATECHECK_TEST_DATA_DIR) +
+                                            "/states/tiny_n2_bf16.safetensors"})
+                        .options;
+  ASSERT_TRUE(s.drive.has_value());
+  EXPECT_EQ(s.drive->kind, DriveKind::states);
+  EXPECT_NE(s.drive->states_file.find("tiny_n2_bf16.safetensors"), std::string::npos);
+  // --drive tinylm without --model implies the tiny model's config, for the experiments that
+  // read --drive.
+  EXPECT_EQ(parse_command_line({"statecheck", "codec", "--drive", "tinylm"}).options.model,
+            default_tinylm_config_path());
+  // --help parses without an experiment, and no values are checked past --seed.
+  EXPECT_TRUE(parse_command_line({"statecheck", "--help", "--strategy", "lazy"}).help);
+}
+
+// Options an experiment refuses (its registry entry) are an error when given, with its reason;
+// an empty --drive, --out, --summary or --scale-dtype too.
+TEST(Options, RefusedAndEmptyOptionsAreErrors) {
+  auto error_for = [](const std::vector<std::string>& args) {
+    try {
+      parse_command_line(args);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_for({"statecheck", "kl", "--drive", "seed-kda"}),
+            "kl: --drive seed-kda does not apply (kl runs the tiny language model on its "
+            "evaluation text)");
+  EXPECT_EQ(error_for({"statecheck", "suite", "--drive", "seed-kda"}), "");
+  EXPECT_EQ(error_for({"statecheck", "codec", "--drive", ""}), "--drive needs a name");
+  EXPECT_EQ(error_for({"statecheck", "codec", "--out", ""}), "--out needs a path");
+  EXPECT_EQ(error_for({"statecheck", "codec", "--summary", ""}), "--summary needs a path");
+  EXPECT_EQ(error_for({"statecheck", "codec", "--scale-dtype", ""}),
+            "--scale-dtype needs a dtype (bf16 or fp32)");
+  EXPECT_NE(error_for({"statecheck", "codec", "--ou", "x"}).find("unrecognised option '--ou'"),
+            std::string::npos);
+}
+
 TEST(Options, CudaIsRefusedForExperimentsWithoutACudaPath) {
   Options o;
   o.experiment = "memory";
-  o.device = "cuda";
+  o.device = Device::cuda;
   const auto& reg = experiment_registry();
   for (const auto& e : reg) {
     if (e.name != "memory" && e.name != "replay" && e.name != "firecount") continue;
@@ -151,24 +219,25 @@ TEST(Options, OutputsThatCollideAreRefused) {
 // suite passes its options on, except that kl runs the tiny language model without the suite's
 // --model and --drive (kl refuses both), and experiments without a CUDA path run on the CPU.
 TEST(Suite, ExperimentOptionsKeepTheTinyModelForKl) {
-  ExperimentEntry kl{"kl", "", nullptr, true, true};
-  ExperimentEntry memory{"memory", "", nullptr, true, false};
+  const ExperimentEntry& kl = *find_experiment("kl");
+  const ExperimentEntry& memory = *find_experiment("memory");
   Options base;
   base.model = "kimi-linear-48b-a3b";
   base.model_given = true;
-  base.device = "cuda";
-  base.drive = "seed-kda";
+  base.device = Device::cuda;
+  base.drive = parse_drive("seed-kda", "");
   const Options k = suite_experiment_options(base, kl, "r");
   EXPECT_FALSE(k.model_given);
-  EXPECT_TRUE(k.drive.empty());
+  EXPECT_FALSE(k.drive.has_value());
   EXPECT_EQ(k.out, "r/kl.h5");
-  EXPECT_EQ(k.device, "cuda");
+  EXPECT_EQ(k.device, Device::cuda);
   const Options m = suite_experiment_options(base, memory, "r");
   EXPECT_TRUE(m.model_given);
   EXPECT_EQ(m.model, "kimi-linear-48b-a3b");
-  EXPECT_EQ(m.device, "cpu");
+  EXPECT_EQ(m.device, Device::cpu);
   EXPECT_EQ(m.experiment, "memory");
-  EXPECT_EQ(m.drive, "seed-kda");
+  ASSERT_TRUE(m.drive.has_value());
+  EXPECT_EQ(m.drive->kind, DriveKind::seed_kda);
 }
 
 // A model without full attention (the tiny language model) has no KV cache for the cache
@@ -192,10 +261,10 @@ TEST(Suite, ModelWithoutKvCacheIsRefusedBeforeAnyWork) {
   // Two more refusals made before any experiment runs: --drive tinylm (whatever the model), and
   // pools that leave capacity and firecount no KV token.
   o.model = "qwen3.5-35b-a3b";
-  o.drive = "tinylm";
+  o.drive = parse_drive("tinylm", "");
   EXPECT_NE(test_support::error_of([&] { run_suite(o); }).find("suite: --drive tinylm"),
             std::string::npos);
-  o.drive.clear();
+  o.drive.reset();
   o.ckpt_slots = 40000;
   EXPECT_NE(test_support::error_of([&] { run_suite(o); }).find("leave no memory for the KV cache"),
             std::string::npos);
@@ -290,6 +359,33 @@ TEST(MemoryExperiment, StatePoolsBeyondTheMemoryAreReportedOrRefused) {
   }
 }
 
+// The registry's declarations name options of the command line that only some experiments read;
+// each such option is read by some experiment (an option nobody reads, as --mode was, is caught
+// here), and each refused option can be reset for the suite.
+TEST(Options, DeclarationsNameExperimentOptions) {
+  const std::vector<std::string> names = experiment_option_names();
+  auto declared = [&](const std::string& option) {
+    return std::find(names.begin(), names.end(), option) != names.end();
+  };
+  for (const std::string& option : names) {
+    bool read = false;
+    for (const ExperimentEntry& e : experiment_registry())
+      read = read || std::find(e.reads.begin(), e.reads.end(), option) != e.reads.end();
+    EXPECT_TRUE(read) << "--" << option << " is read by no experiment";
+    // A real option: parsing it gives no unknown-option error (values aside).
+    EXPECT_EQ(error_of({"--" + option}).find("unrecognised"), std::string::npos) << option;
+  }
+  for (const ExperimentEntry& e : experiment_registry()) {
+    for (const std::string& option : e.reads) EXPECT_TRUE(declared(option)) << e.name << option;
+    for (const OptionNote& n : e.sets_itself) EXPECT_TRUE(declared(n.option)) << e.name;
+    for (const OptionNote& n : e.refuses) {
+      EXPECT_TRUE(declared(n.option)) << e.name;
+      Options o;
+      EXPECT_EQ(test_support::error_of([&] { reset_option(o, n.option); }), "") << n.option;
+    }
+  }
+}
+
 // The notes for options an experiment does not read name every experiment that does, in order,
 // and say how the experiment sets the option itself where it does.
 TEST(Options, UnreadOptionNotesNameEveryReader) {
@@ -376,8 +472,8 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
   const Change changes[] = {
       {"active-slots", [](Options& o) { o.active_slots = 200; }, true},
       {"ckpt-slots", [](Options& o) { o.ckpt_slots = 300; }, true},
-      {"strategy", [](Options& o) { o.strategy = "no_buffer"; }, false},
-      {"temporal-dtype", [](Options& o) { o.temporal_dtype = "bf16"; }, true},
+      {"strategy", [](Options& o) { o.strategy = CacheStrategy::no_buffer; }, false},
+      {"temporal-dtype", [](Options& o) { o.temporal_dtype = Dtype::bf16; }, true},
       {"gpu-mem-gib", [](Options& o) { o.gpu_mem_gib = 120.0; }, true},
       {"mem-fraction", [](Options& o) { o.mem_fraction = 0.8; }, true},
       {"weights-gib", [](Options& o) { o.weights_gib = 30.0; }, true},
@@ -423,7 +519,7 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
   Options fp32, bf16;
   fp32.prefill = bf16.prefill = 16;
   fp32.decode = bf16.decode = 4;
-  bf16.temporal_dtype = "bf16";
+  bf16.temporal_dtype = Dtype::bf16;
   EXPECT_TRUE(unread_option_notes("codec", {"temporal-dtype"}).empty());
   EXPECT_FALSE(same_values(run_quick("codec", fp32, dir), run_quick("codec", bf16, dir)));
 }

@@ -30,8 +30,7 @@ std::string run_on_states(const std::string& experiment, const std::string& stat
   Options o;
   o.experiment = experiment;
   o.model = kDir + "model_tiny_gdn.json";
-  o.drive = "states";
-  o.states = states;
+  o.drive = parse_drive("states", states);
   o.quick = true;
   o.threads = 1;
   const ModelConfig m = load_model(o.model);

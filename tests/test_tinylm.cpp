@@ -650,11 +650,11 @@ TEST(TinyLMDrive, ModelOfOtherShapesIsRefused) {
 }
 
 // `codec --drive tinylm` end to end: without --model the command line substitutes the tiny model's
-// config (experiments/main.cpp); here the experiment gets it directly.
+// config (experiments/options.cpp); here the experiment gets it directly.
 TEST(TinyLMDrive, CodecExperimentRunsOnRealStates) {
   Options o;
   o.experiment = "codec";
-  o.drive = "tinylm";
+  o.drive = parse_drive("tinylm", "");
   o.model = default_tinylm_config_path();
   o.quick = true;
   o.threads = 2;

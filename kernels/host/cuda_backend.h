@@ -17,7 +17,8 @@
 
 namespace statecheck::cuda {
 
-// Throws statecheck::Error with the reason when no usable GPU is present.
+// Needs a usable GPU (the command line checks for one once, before any work: experiments/options.h);
+// without one the first CUDA call throws statecheck::Error.
 std::unique_ptr<RecurrenceBackend> cuda_backend();
 
 }  // namespace statecheck::cuda

@@ -12,8 +12,8 @@ namespace statecheck::cuda {
 
 // Allocates the pools for `shape`, uploads a synthetic token stream of `gate`'s init drive drawn
 // from `seed` long enough for `parallel` requests of `max_prompt` tokens, prefills the cached
-// state over `max_prompt` tokens and donates it once (untimed warm-up). Throws statecheck::Error
-// without a usable GPU.
+// state over `max_prompt` tokens and donates it once (untimed warm-up). Needs a usable GPU (checked
+// once by the command line); throws statecheck::Error on a CUDA failure.
 std::unique_ptr<ServingBackend> cuda_serving_backend(const ServingShape& shape, int64_t max_prompt,
                                                      uint64_t seed);
 

@@ -1,0 +1,372 @@
+// The one parser and checker of the command line (experiments/options.h).
+#include "experiments/options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <initializer_list>
+#include <map>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+#include <boost/program_options.hpp>
+
+#include "core/io/paths.h"
+#include "core/tinylm/tinylm.h"
+#include "core/util/error.h"
+#include "core/util/parallel.h"
+#include "experiments/experiment.h"
+
+#ifdef STATECHECK_HAVE_CUDA
+#include "kernels/common/device.h"
+#endif
+
+namespace po = boost::program_options;
+
+namespace statecheck {
+
+const char* device_name(Device d) {
+  return d == Device::cuda ? "cuda" : "cpu";
+}
+
+const char* bad_lines_name(BadLines b) {
+  return b == BadLines::skip ? "skip" : "reject";
+}
+
+int Options::thread_count() const {
+  return threads > 0 ? threads : default_threads();
+}
+
+Dtype Options::scale_dtype_or_default() const {
+  return scale_dtype.value_or(temporal_dtype);
+}
+
+std::string Options::out_path() const {
+  return out.empty() ? "results/" + experiment + ".h5" : out;
+}
+
+uint64_t parse_seed(const std::string& text) {
+  uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto r = std::from_chars(text.data(), end, v);
+  if (text.empty() || text[0] < '0' || text[0] > '9' || r.ec != std::errc() || r.ptr != end)
+    fail("--seed must be an integer in [0, 2^64), got '{}'", text);
+  return v;
+}
+
+std::vector<std::string> experiment_option_names() {
+  return {"seed",
+          "threads",
+          "quick",
+          "drive",
+          "states",
+          "prefill",
+          "decode",
+          "codec",
+          "chain-tokens",
+          "chain-layers",
+          "trace",
+          "trace-bad-lines",
+          "active-slots",
+          "ckpt-slots",
+          "strategy",
+          "temporal-dtype",
+          "scale-dtype",
+          "conv-dtype",
+          "gpu-mem-gib",
+          "mem-fraction",
+          "weights-gib",
+          "no-payload",
+          "chunk-granularity",
+          "track-interval",
+          "chunked-prefill",
+          "max-running"};
+}
+
+void reset_option(Options& o, const std::string& option) {
+  const bool states_drive = o.drive && o.drive->kind == DriveKind::states;
+  if (option == "drive" || (option == "states" && states_drive))
+    o.drive.reset();
+  else if (option == "trace")
+    o.trace.clear();
+  else if (option != "states")
+    fail("reset_option: --{} has a value by default; only --drive, --states and --trace reset",
+         option);
+}
+
+void require_cuda_if_asked(const Options& o, const ExperimentEntry& e) {
+  if (o.device != Device::cuda) return;
+  if (!e.cuda_path)
+    fail("--device cuda: experiment '{}' has no CUDA path (it models the host side)", e.name);
+#ifdef STATECHECK_HAVE_CUDA
+  // Probed once: the suite asks for each of its experiments with a CUDA path.
+  static const std::optional<std::string> unusable = []() -> std::optional<std::string> {
+    std::string why;
+    if (cuda::device_available(&why)) return std::nullopt;
+    return why;
+  }();
+  if (unusable) fail("--device cuda: {}", *unusable);
+#else
+  fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
+#endif
+}
+
+namespace {
+
+// The text of the options that are converted after parsing, with their defaults as the command
+// line shows them.
+struct OptionText {
+  std::string seed = "0";
+  std::string device = "cpu";
+  std::string drive;
+  std::string states;
+  std::string codec = "int8";
+  std::string strategy = "extra_buffer";
+  std::string temporal_dtype = "fp32";
+  std::string scale_dtype;
+  std::string conv_dtype = "bf16";
+  std::string trace_bad_lines = "reject";
+};
+
+struct OptionGroups {
+  po::options_description common{"common options"};
+  po::options_description numeric{"numerical experiments"};
+  po::options_description cache{"cache experiments"};
+};
+
+// Declares every option of the command line, bound to `o` (numbers, switches, paths) and `t`
+// (text converted by resolve_typed).
+void describe_options(OptionGroups& d, Options& o, OptionText& t) {
+  auto common = d.common.add_options();
+  common("help,h", "show this help");
+  common("model", po::value(&o.model)->default_value(o.model),
+         "shipped model name or path to a config .json");
+  common("tp", po::value(&o.tp)->default_value(0),
+         "tensor-parallel degree (0: the model's default_tp)");
+  common("seed", po::value(&t.seed)->default_value(t.seed),
+         "seed of every random draw, an integer in [0, 2^64) (logged in results)");
+  common("device", po::value(&t.device)->default_value(t.device),
+         "cpu | cuda (CUDA paths next to the CPU reference)");
+  common("drive", po::value(&t.drive),
+         "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm "
+         "implies --model data/tinylm/config.json in codec and chain)");
+  common("states", po::value(&t.states), "states file for --drive states (safetensors or HDF5)");
+  common("quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)");
+  common("out", po::value(&o.out), "result file (.h5); suite: result directory (default results)");
+  common("summary", po::value(&o.summary), "write the flat summary JSON here");
+  common("threads", po::value(&o.threads)->default_value(0),
+         "worker threads (0: all hardware threads)");
+
+  auto numeric = d.numeric.add_options();
+  numeric("codec", po::value(&t.codec)->default_value(t.codec), "chain: codec of the checkpoints");
+  numeric("prefill", po::value(&o.prefill)->default_value(0),
+          "codec: prefill tokens (0: 512, quick 128)");
+  numeric("decode", po::value(&o.decode)->default_value(0),
+          "codec: decode steps after restore (0: 128, quick 32)");
+  numeric("chain-tokens", po::value(&o.chain_tokens)->default_value(o.chain_tokens),
+          "chain: tokens T");
+  numeric("chain-layers", po::value(&o.chain_layers)->default_value(0),
+          "chain: layers measured (0: all, quick 2)");
+
+  auto cache = d.cache.add_options();
+  cache("active-slots", po::value(&o.active_slots)->default_value(o.active_slots),
+        "usable active-pool slots A");
+  cache("ckpt-slots", po::value(&o.ckpt_slots)->default_value(0),
+        "usable checkpoint-pool slots C (0: 2 A)");
+  cache("strategy", po::value(&t.strategy)->default_value(t.strategy), "no_buffer | extra_buffer");
+  cache("temporal-dtype", po::value(&t.temporal_dtype)->default_value(t.temporal_dtype),
+        "fp32 | bf16");
+  cache("scale-dtype", po::value(&t.scale_dtype), "bf16 | fp32 (default: the temporal dtype)");
+  cache("conv-dtype", po::value(&t.conv_dtype)->default_value(t.conv_dtype), "bf16");
+  cache("gpu-mem-gib", po::value(&o.gpu_mem_gib)->default_value(o.gpu_mem_gib, "131.3 (141 GB)"),
+        "device memory, GiB");
+  cache("mem-fraction", po::value(&o.mem_fraction)->default_value(o.mem_fraction),
+        "mem_fraction_static");
+  cache("weights-gib", po::value(&o.weights_gib)->default_value(-1.0),
+        "weights per GPU, GiB (<0: from params)");
+  cache("trace", po::value(&o.trace), "replay: Mooncake-format trace (default: the shipped one)");
+  cache("no-payload", po::bool_switch(&o.no_payload),
+        "cache experiments: bookkeeping only, no state payloads");
+  cache("chunk-granularity", po::value(&o.chunk_granularity)->default_value(o.chunk_granularity),
+        "state chunk granularity Cg, tokens (SGLang mamba_cache_chunk_size)");
+  cache("chunked-prefill", po::value(&o.chunked_prefill)->default_value(o.chunked_prefill),
+        "token budget of one prefill batch (SGLang chunked_prefill_size)");
+  cache("track-interval", po::value(&o.track_interval)->default_value(o.track_interval),
+        "extra_buffer decode track interval, tokens (SGLang mamba_track_interval)");
+  cache("max-running", po::value(&o.max_running)->default_value(0),
+        "running-request cap (0: active slots / (3 + tracking slots), as SGLang)");
+  cache("trace-bad-lines", po::value(&t.trace_bad_lines)->default_value(t.trace_bad_lines),
+        "replay: reject | skip malformed trace lines (each is reported with its line number)");
+}
+
+// The value named `text` among `names`; otherwise "--<option> must be a or b, got '<text>'".
+template <class T>
+T choose(const char* option, const std::string& text,
+         std::initializer_list<std::pair<const char*, T>> names) {
+  std::string list;
+  size_t i = 0;
+  for (const auto& [name, value] : names) {
+    if (text == name) return value;
+    list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(name);
+    ++i;
+  }
+  fail("--{} must be {}, got '{}'", option, list, text);
+}
+
+// The typed options from their text; a bad text is refused naming its option.
+void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
+  o.device = choose<Device>("device", t.device, {{"cpu", Device::cpu}, {"cuda", Device::cuda}});
+  o.strategy = choose<CacheStrategy>(
+      "strategy", t.strategy,
+      {{"no_buffer", CacheStrategy::no_buffer}, {"extra_buffer", CacheStrategy::extra_buffer}});
+  o.temporal_dtype = choose<Dtype>("temporal-dtype", t.temporal_dtype,
+                                   {{"fp32", Dtype::fp32}, {"bf16", Dtype::bf16}});
+  if (!t.scale_dtype.empty())
+    o.scale_dtype =
+        choose<Dtype>("scale-dtype", t.scale_dtype, {{"bf16", Dtype::bf16}, {"fp32", Dtype::fp32}});
+  o.conv_dtype = choose<Dtype>("conv-dtype", t.conv_dtype, {{"bf16", Dtype::bf16}});
+  // --codec int8 takes the scale dtype of the options; int8_fp32_scale names its own, which an
+  // explicit --scale-dtype must then agree with.
+  o.codec = parse_codec(t.codec, o.scale_dtype_or_default());
+  if (o.scale_dtype && o.codec.has_scales() && o.codec.scale_dtype != *o.scale_dtype)
+    fail("--codec {} names a {} scale but --scale-dtype is {}; give one of them", t.codec,
+         dtype_name(o.codec.scale_dtype), t.scale_dtype);
+  o.trace_bad_lines = choose<BadLines>("trace-bad-lines", t.trace_bad_lines,
+                                       {{"reject", BadLines::reject}, {"skip", BadLines::skip}});
+  if (drive_given)
+    o.drive = parse_drive(t.drive, t.states);
+  else if (!t.states.empty())
+    fail("--states {} is given without --drive states", t.states);
+}
+
+// The ranges of the numbers and the input files.
+void check_values(const Options& o) {
+  if (o.tp < 0) fail("--tp must be positive (0: the model's default), got {}", o.tp);
+  if (o.threads < 0 || o.threads > 4096) fail("--threads must be in [0, 4096], got {}", o.threads);
+  constexpr int kMaxTokens = 1 << 20;
+  if (o.prefill < 0 || o.prefill > kMaxTokens)
+    fail("--prefill must be in [0, {}] tokens (0: the protocol's default), got {}", kMaxTokens,
+         o.prefill);
+  if (o.decode < 0 || o.decode > kMaxTokens)
+    fail("--decode must be in [0, {}] steps (0: the protocol's default), got {}", kMaxTokens,
+         o.decode);
+  if (o.chain_tokens < 128 || o.chain_tokens > kMaxTokens || o.chain_tokens % 128 != 0)
+    fail("--chain-tokens must be a multiple of 128 (n goes up to 128) in [128, {}], got {}",
+         kMaxTokens, o.chain_tokens);
+  if (o.chain_layers < 0)
+    fail("--chain-layers must be >= 0 (0: all layers), got {}", o.chain_layers);
+  if (o.active_slots < 1 || o.active_slots > kMaxPoolSlots)
+    fail("--active-slots must be in [1, {}], got {}", kMaxPoolSlots, o.active_slots);
+  if (o.ckpt_slots < 0 || o.ckpt_slots > kMaxPoolSlots)
+    fail("--ckpt-slots must be in [0, {}] (0: twice the active slots), got {}", kMaxPoolSlots,
+         o.ckpt_slots);
+  if (o.ckpt_slots == 0 && 2 * static_cast<int64_t>(o.active_slots) > kMaxPoolSlots)
+    fail("--ckpt-slots 0 means 2 x --active-slots = {}, above {}; give --ckpt-slots",
+         2 * static_cast<int64_t>(o.active_slots), kMaxPoolSlots);
+  if (!(o.gpu_mem_gib > 0) || !std::isfinite(o.gpu_mem_gib) || o.gpu_mem_gib > 1e6)
+    fail("--gpu-mem-gib must be a positive number of GiB, got {}", o.gpu_mem_gib);
+  if (!(o.mem_fraction > 0) || o.mem_fraction > 1)
+    fail("--mem-fraction must be in (0, 1], got {}", o.mem_fraction);
+  if (std::isnan(o.weights_gib) || std::isinf(o.weights_gib))
+    fail("--weights-gib must be a number (< 0: from the model's parameter count), got {}",
+         o.weights_gib);
+  if (o.chunk_granularity < 1 || o.chunk_granularity > kMaxTokens)
+    fail("--chunk-granularity must be in [1, {}], got {}", kMaxTokens, o.chunk_granularity);
+  // Each chunk re-inserts the request's prefix into the tree (as the engine does), so the work of a
+  // replay grows like prompt^2 / chunk: budgets below one state chunk make no sense.
+  if (o.chunked_prefill < o.chunk_granularity)
+    fail("--chunked-prefill must be >= the chunk granularity ({}), got {}", o.chunk_granularity,
+         o.chunked_prefill);
+  if (o.track_interval < 1) fail("--track-interval must be >= 1, got {}", o.track_interval);
+  if (o.max_running < 0)
+    fail("--max-running must be >= 0 (0: from the active pool), got {}", o.max_running);
+  if (o.drive && o.drive->kind == DriveKind::states)
+    check_input_file("--states", o.drive->states_file);
+  if (!o.trace.empty()) check_input_file("--trace", o.trace);
+}
+
+}  // namespace
+
+std::string command_line_usage() {
+  std::string s = "usage: statecheck <experiment> [options]\n\nexperiments:\n";
+  for (const auto& e : experiment_registry())
+    s += fmt::format("  {:<10} {}\n", e.name, e.description);
+  s += fmt::format("  {:<10} {}\n", "suite",
+                   "every experiment above, results/*.h5, summary.json, plots, threshold gate");
+  return s;
+}
+
+std::string command_line_help() {
+  Options o;
+  OptionText t;
+  OptionGroups d;
+  describe_options(d, o, t);
+  std::ostringstream s;
+  s << command_line_usage() << "\n" << d.common << "\n" << d.numeric << "\n" << d.cache;
+  return s.str();
+}
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  CommandLine cl;
+  Options& o = cl.options;
+  for (size_t i = 0; i < args.size(); ++i) o.command_line += (i ? " " : "") + args[i];
+  OptionText t;
+  OptionGroups d;
+  describe_options(d, o, t);
+  po::options_description all;
+  all.add(d.common).add(d.numeric).add(d.cache);
+  all.add_options()("experiment", po::value(&o.experiment));
+  po::positional_options_description pos;
+  pos.add("experiment", 1);
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  // No abbreviations: "--ou x" is an unknown option, not --out.
+  const po::parsed_options parsed =
+      po::command_line_parser(static_cast<int>(argv.size()), argv.data())
+          .options(all)
+          .positional(pos)
+          .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+          .run();
+  po::variables_map vm;
+  po::store(parsed, vm);
+  po::notify(vm);
+  o.seed = parse_seed(t.seed);
+  if (vm.count("help")) {
+    cl.help = true;
+    return cl;
+  }
+  if (o.experiment.empty()) return cl;
+  if (vm.count("drive") && t.drive.empty()) fail("--drive needs a name");
+  if (vm.count("out") && o.out.empty()) fail("--out needs a path");
+  if (vm.count("summary") && o.summary.empty()) fail("--summary needs a path");
+  if (vm.count("scale-dtype") && t.scale_dtype.empty())
+    fail("--scale-dtype needs a dtype (bf16 or fp32)");
+  o.model_given = !vm["model"].defaulted();
+  std::vector<std::string> given;
+  for (const auto& [name, value] : vm)
+    if (!value.defaulted()) given.push_back(name);
+  if (const ExperimentEntry* e = find_experiment(o.experiment)) {
+    std::map<std::string, std::string> text;  // option -> its value as given
+    for (const po::option& opt : parsed.options)
+      if (!opt.value.empty()) text[opt.string_key] = opt.value.front();
+    for (const OptionNote& r : e->refuses)
+      if (std::find(given.begin(), given.end(), r.option) != given.end())
+        fail("{}: --{} {} does not apply ({})", e->name, r.option, text[r.option], r.why);
+  }
+  resolve_typed(t, vm.count("drive") != 0, o);
+  check_values(o);
+  // Options given to an experiment that does not read them (their values were still checked):
+  // said, so that a run is not mistaken for one that used them.
+  cl.notes = unread_option_notes(o.experiment, given);
+  // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
+  // tiny model's config (data/tinylm/config.json), which is also a statecheck model config; only
+  // for the experiments that read --drive (and suite, which refuses the drive with its reason).
+  if (o.drive && o.drive->kind == DriveKind::tinylm && !o.model_given &&
+      experiment_reads_option(o.experiment, "drive"))
+    o.model = default_tinylm_config_path();
+  return cl;
+}
+
+}  // namespace statecheck

@@ -1,0 +1,124 @@
+// The statecheck command line as a typed configuration (docs/experiments.md, "Common interface"):
+// the option types with their defaults, and the one place that turns the command-line text into
+// them and checks every value (parse_command_line). Experiments read the typed fields only; which
+// experiment reads which option is declared with its registry entry (experiments/experiment.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/cache/state_cache.h"
+#include "core/codec/codec.h"
+#include "core/drive/drive.h"
+#include "core/dtype/dtype.h"
+#include "core/workloads/mooncake_trace.h"
+
+namespace statecheck {
+
+// The most slots --active-slots and --ckpt-slots may ask for, and the most the memory budget may
+// give replay's bf16 and int8 pools: every slot is host memory in the cache model.
+constexpr int kMaxPoolSlots = 1 << 22;
+
+// Where the experiments with a CUDA path run it: cpu (the CPU reference only) or cuda (the CUDA
+// path next to the CPU reference).
+enum class Device { cpu, cuda };
+
+const char* device_name(Device d);       // "cpu" | "cuda"
+const char* bad_lines_name(BadLines b);  // "reject" | "skip" (--trace-bad-lines)
+
+struct Options {
+  std::string experiment;  // an experiment of the registry, or "suite"
+  std::string model = "qwen3.5-35b-a3b";
+  bool model_given = false;  // --model was on the command line (not the default)
+  int tp = 0;                // 0: the model's default_tp
+  uint64_t seed = 0;
+  Device device = Device::cpu;
+  // --drive, with --states FILE for 'states' (DriveSpec::states_file); none: default_drive(model).
+  std::optional<DriveSpec> drive;
+  bool quick = false;
+  std::string out;      // result file; empty: results/<experiment>.h5 (suite: result directory)
+  std::string summary;  // summary JSON; empty: none (suite: <out>/summary.json)
+  int threads = 0;      // 0: hardware threads
+  std::string command_line;
+
+  // Numerical experiments.
+  // chain: the codec checkpoints go through. Its scale dtype is the one --codec names
+  // (int8_bf16_scale, ...) or else scale_dtype_or_default(), resolved when parsed.
+  Codec codec{CodecKind::int8};
+  int prefill = 0;          // codec: prefill tokens (0: 512, quick 128)
+  int decode = 0;           // codec: decode steps after restore (0: 128, quick 32)
+  int chain_tokens = 2048;  // chain: T
+  int chain_layers = 0;     // chain: layers measured (0: all; quick: 2)
+
+  // Cache experiments (docs/experiments.md, "Common interface").
+  int active_slots = 256;
+  int ckpt_slots = 0;  // 0: 2 * active
+  CacheStrategy strategy = CacheStrategy::extra_buffer;
+  Dtype temporal_dtype = Dtype::fp32;  // fp32 | bf16
+  std::optional<Dtype> scale_dtype;    // bf16 | fp32; none: the temporal dtype (docs/numerics.md)
+  Dtype conv_dtype = Dtype::bf16;      // bf16
+  double gpu_mem_gib = 141e9 / 1073741824.0;  // an H200: 141 GB = 131.3 GiB
+  double mem_fraction = 0.88;
+  double weights_gib = -1.0;   // < 0: params_billion * 2 bytes / TP
+  std::string trace;           // replay: Mooncake trace (empty: the shipped one, trace_path)
+  bool no_payload = false;     // cache experiments: bookkeeping only, no state payloads
+  int chunk_granularity = 64;  // Cg: state chunk granularity (SGLang mamba_cache_chunk_size)
+  int chunked_prefill = 8192;  // token budget of one prefill batch (SGLang chunked_prefill_size)
+  int track_interval = 256;    // extra_buffer decode track interval (SGLang mamba_track_interval)
+  int max_running = 0;         // 0: active slots / (3 + tracking slots), as SGLang
+  BadLines trace_bad_lines = BadLines::reject;  // replay: malformed trace lines
+
+  // Resolved helpers.
+  int thread_count() const;
+  Dtype scale_dtype_or_default() const;  // scale_dtype, else the temporal dtype
+  std::string out_path() const;          // out, or results/<experiment>.h5
+};
+
+// A parsed command line.
+struct CommandLine {
+  Options options;
+  bool help = false;  // --help: print command_line_help() and do nothing else
+  // One line each (without a prefix) for the options given to an experiment that does not read
+  // them (unread_option_notes), in the order of experiment_option_names().
+  std::vector<std::string> notes;
+};
+
+// Parses `args` (args[0]: the program) with boost::program_options and converts and checks every
+// value, also those the chosen experiment does not read (a typo must not pass silently). Without
+// --help and with an experiment named it also refuses the options the experiment refuses
+// (ExperimentEntry::refuses), collects the notes, and lets --drive tinylm imply the tiny model's
+// config as --model for the experiments that read --drive. Throws
+// boost::program_options::error for an unknown or malformed option (no abbreviations: "--ou x" is
+// unknown) and statecheck::Error naming the option for a bad value. An experiment name is not
+// checked here (run_experiment refuses unknown ones).
+CommandLine parse_command_line(const std::vector<std::string>& args);
+
+// The usage line and the experiments of the registry, one line each.
+std::string command_line_usage();
+// command_line_usage() and every option with its default (--help).
+std::string command_line_help();
+
+// --seed's value: decimal digits only, below 2^64 (a leading '-' would wrap around in an unsigned
+// parse). Throws statecheck::Error quoting the text otherwise.
+uint64_t parse_seed(const std::string& text);
+
+// The one check of --device cuda, made by run_experiment and run_suite before any work: fails
+// unless experiment `e` has a CUDA path, the build has the CUDA kernels and a usable GPU is present
+// (probed once per process). Throws statecheck::Error with the reason. The suite runs the
+// experiments without a CUDA path on the CPU.
+struct ExperimentEntry;
+void require_cuda_if_asked(const Options& o, const ExperimentEntry& e);
+
+// The long names (without "--") of the options only some experiments read, in the order notes
+// name them; every other option (--model, --tp, --device, --out, --summary) is read by every
+// experiment. ExperimentEntry::reads, sets_itself and refuses name options of this list.
+std::vector<std::string> experiment_option_names();
+
+// Sets the option `option` of `o` back to its default, for the suite's options of an experiment
+// that refuses it: --drive (no drive), --states (no drive, if it is 'states') or --trace (the
+// shipped one), the options with no value by default. Throws statecheck::Error for another name.
+void reset_option(Options& o, const std::string& option);
+
+}  // namespace statecheck
