@@ -1,16 +1,16 @@
-// GPU timing for benchmarks (STYLE.md habit 11, device METHOD.md): CUDA events around each
-// repeat, the L2 cache flushed before every repeat, small launches captured once into a CUDA graph
-// and timed as graph replays, medians reported.
+// GPU timing for benchmarks: CUDA events around each repeat, the L2 cache flushed before every
+// repeat, small launches captured once into a CUDA graph and timed as graph replays, medians
+// reported.
 //
 // What a repeat charges: the launch starts from a cold and clean L2, and every byte it writes
 // reaches HBM inside the timed region. Before each repeat a flush *reads* a buffer of several
 // times the L2 size (flushing with a memset would leave L2 full of someone else's dirty lines,
-// and the launch would pay for writing ~60 MB back: about 14 us on an H200, which swamps
-// launches of tens of microseconds). After the launch the same read flush runs again inside the
-// timed region, forcing the launch's own dirty lines out (otherwise up to an L2's worth of its
-// writes would go uncharged); the median time of that flush alone, timed the same way, is
-// subtracted: reported time = median(launch + flush) - median(flush), both timed right
-// after a flush. min_ms / max_ms are single repeats less that median, so for launches much
+// and the launch would pay for writing up to an L2's worth of them back, which swamps launches of
+// tens of microseconds: docs/kernel_notes.md). After the launch the same read flush runs again
+// inside the timed region, forcing the launch's own dirty lines out (otherwise up to an L2's worth
+// of its writes would go uncharged); the median time of that flush alone, timed the same way, is
+// subtracted: reported time = median(launch + flush) - median(flush), both timed right after a
+// flush. min_ms / max_ms are single repeats less that median, so for launches much
 // shorter than the flush's jitter they can come out near zero or below.
 #pragma once
 

@@ -283,7 +283,7 @@ TEST_F(GpuTest, Fp8EncodeMatchesCpuOnTiesAndSaturation) {
     ASSERT_EQ(got[values.size() + i], fp8_e4m3_from_float(values[i])) << "value " << values[i];
 }
 
-// The scale the codec gives a column whose largest magnitude is `amax` (spec numerics.md 3).
+// The scale the codec gives a column whose largest magnitude is `amax` (docs/codecs.md).
 float codec_scale(const Codec& c, float amax) {
   const float s = std::max(amax, 1e-8f) / (c.kind == CodecKind::int8 ? 127.0f : 448.0f);
   return c.scale_dtype == Dtype::bf16 ? round_to_bf16(s) : s;
@@ -495,6 +495,75 @@ TEST(CheckpointCodecByteModel, StoreReadsTheActiveSideAndWritesTheCheckpointSide
       checkpoint_store_bytes(g, Dtype::fp32, c, 8) - checkpoint_store_read_bytes(g, Dtype::fp32, 8),
       31457280.0 + 491520.0 + 2949120.0);
   EXPECT_EQ(checkpoint_store_read_bytes(g, Dtype::bf16, 1), 3932160.0 * 2 + 368640.0 + 8.0);
+}
+
+// The kernel a launch takes, by the rules of checkpoint_codec.h (CheckpointKernel), without a
+// GPU: the query asks nothing of the device, and the launches take their kernel from it.
+struct VariantCase {
+  PoolGeometry geo;
+  const char* codec;
+  Dtype active;
+  CheckpointKernel store, load;
+};
+
+TEST(CheckpointCodecVariant, RepresentativeGeometriesTakeTheDocumentedKernels) {
+  using K = CheckpointKernel;
+  const PoolGeometry k128{1, 2, 128, 128, 0};
+  const std::vector<VariantCase> cases = {
+      // int8 / fp8_e4m3 on bf16 128 x 128 heads: the staged store; d_k / 4 = 32 divides 128.
+      {k128, "int8_bf16_scale", Dtype::bf16, K::store_staged_bf16, K::load_rows},
+      {kQwen, "fp8_e4m3_fp32_scale", Dtype::bf16, K::store_staged_bf16, K::load_rows},
+      // The same heads held in fp32: strips of 64 columns (8 per thread).
+      {k128, "int8_fp32_scale", Dtype::fp32, K::store_strips, K::load_rows},
+      {kQwen, "fp8_e4m3_bf16_scale", Dtype::fp32, K::store_strips, K::load_rows},
+      // d_v 256 (16 rows per thread), d_k 64: strips for both active dtypes.
+      {kTall, "int8_bf16_scale", Dtype::bf16, K::store_strips, K::load_rows},
+      {kTall, "int8_fp32_scale", Dtype::fp32, K::store_strips, K::load_rows},
+      // d_k = 96: 96 % 64 != 0, so 4 columns per thread and strips of 32; 96 / 4 = 24 does not
+      // divide 128, so the per-head load.
+      {kK96, "int8_bf16_scale", Dtype::fp32, K::store_strips, K::load_per_head},
+      {{1, 2, 128, 32, 0}, "int8_fp32_scale", Dtype::bf16, K::store_strips, K::load_rows},
+      // d_k = 48 is no multiple of 32 (strips) and 12 does not divide 128 (rows).
+      {{1, 2, 128, 48, 0}, "int8_fp32_scale", Dtype::fp32, K::store_per_head, K::load_per_head},
+      // d_v other than 128 or 256: the per-head store.
+      {kRagged, "int8_fp32_scale", Dtype::fp32, K::store_per_head, K::load_rows},
+      {kRagged, "fp8_e4m3_fp32_scale", Dtype::bf16, K::store_per_head, K::load_rows},
+      {kWideK, "int8_bf16_scale", Dtype::fp32, K::store_per_head, K::load_rows},
+      {kK32, "int8_fp32_scale", Dtype::fp32, K::store_per_head, K::load_rows},
+      {kSmall, "int8_bf16_scale", Dtype::fp32, K::store_per_head, K::load_per_head},
+      {kOddK, "int8_fp32_scale", Dtype::fp32, K::store_per_head, K::load_per_head},
+      // Codecs without scales other than a slot copy: the per-head store.
+      {k128, "fp8_e4m3_raw", Dtype::bf16, K::store_per_head, K::load_rows},
+      {kQwen, "bf16", Dtype::fp32, K::store_per_head, K::load_rows},
+      {kQwen, "fp32", Dtype::bf16, K::store_per_head, K::load_rows},
+      // Slot copies with heads of whole 16-byte units.
+      {kQwen, "fp32", Dtype::fp32, K::slot_copy, K::slot_copy},
+      {kQwen, "bf16", Dtype::bf16, K::slot_copy, K::slot_copy},
+      {kSmall, "bf16", Dtype::bf16, K::slot_copy, K::slot_copy},  // 60 * 36 * 2 bytes
+      {kOddK, "fp32", Dtype::fp32, K::slot_copy, K::slot_copy},   // 50 * 30 * 4 bytes
+      // ... and without: 25 * 29 * 4, 25 * 12 * 2, 25 * 4 * 2 bytes are not multiples of 16.
+      {kOddHead, "fp32", Dtype::fp32, K::store_per_head, K::load_per_head},
+      {kOddHead12, "bf16", Dtype::bf16, K::store_per_head, K::load_per_head},
+      {kOddHead4, "bf16", Dtype::bf16, K::store_per_head, K::load_rows},
+  };
+  for (const VariantCase& c : cases) {
+    const Codec codec = parse_codec(c.codec);
+    SCOPED_TRACE(::testing::Message() << c.codec << ", " << dtype_name(c.active) << " active, d_v "
+                                      << c.geo.dv << ", d_k " << c.geo.dk);
+    EXPECT_STREQ(checkpoint_kernel_name(checkpoint_store_variant(c.geo, c.active, codec)),
+                 checkpoint_kernel_name(c.store));
+    EXPECT_STREQ(checkpoint_kernel_name(checkpoint_load_variant(c.geo, codec, c.active)),
+                 checkpoint_kernel_name(c.load));
+  }
+}
+
+TEST(CheckpointCodecVariant, KernelNamesAreTheEnumNames) {
+  EXPECT_STREQ(checkpoint_kernel_name(CheckpointKernel::store_staged_bf16), "store_staged_bf16");
+  EXPECT_STREQ(checkpoint_kernel_name(CheckpointKernel::store_strips), "store_strips");
+  EXPECT_STREQ(checkpoint_kernel_name(CheckpointKernel::store_per_head), "store_per_head");
+  EXPECT_STREQ(checkpoint_kernel_name(CheckpointKernel::slot_copy), "slot_copy");
+  EXPECT_STREQ(checkpoint_kernel_name(CheckpointKernel::load_rows), "load_rows");
+  EXPECT_STREQ(checkpoint_kernel_name(CheckpointKernel::load_per_head), "load_per_head");
 }
 
 // Stores a two-slot pool whose slot 1 holds 0.01 everywhere except `bad` at (layer, head, row,

@@ -131,9 +131,9 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
   const int longest = *std::max_element(c.lengths.begin(), c.lengths.end());
   const int hint = c.max_seq_len >= 0 ? c.max_seq_len : (longest <= 1 ? 1 : 0);
   const Launch run = launch(c, ref, hint, c.max_blocks, true);
-  EXPECT_EQ(run.kernel == GatedDeltaKernel::staged_decode, c.staged)
+  EXPECT_EQ(run.kernel == GatedDeltaKernel::decode_staged, c.staged)
       << "the launch ran on " << gated_delta_kernel_name(run.kernel);
-  EXPECT_EQ(run.kernel == GatedDeltaKernel::packed_bf16_decode, c.packed)
+  EXPECT_EQ(run.kernel == GatedDeltaKernel::decode_packed_bf16, c.packed)
       << "the launch ran on " << gated_delta_kernel_name(run.kernel);
   EXPECT_TRUE(run.guards_intact) << "write past the pool or the outputs";
 
@@ -292,7 +292,7 @@ TEST_F(GpuTest, StagedDecodeMatchesRowKernelBitForBit) {
     const Launch staged = launch(c, b, 1, 2, true);  // 96 tiles on 2 blocks
     const Launch rows = launch(c, b, 0, 0, true);
     const Launch staged_no_outputs = launch(c, b, 1, 2, false);
-    ASSERT_EQ(staged.kernel, GatedDeltaKernel::staged_decode);
+    ASSERT_EQ(staged.kernel, GatedDeltaKernel::decode_staged);
     ASSERT_EQ(rows.kernel, GatedDeltaKernel::rows8);
     EXPECT_FALSE(same_bits(staged.pool32, b.pool_fp32)) << "the launch changed no state";
     EXPECT_TRUE(same_bits(staged.pool32, rows.pool32));
@@ -324,7 +324,7 @@ TEST_F(GpuTest, PackedBf16DecodeMatchesRowKernelBitForBit) {
           const Launch packed = launch(c, b, 1, 0, true);
           const Launch rows = launch(c, b, 0, 0, true);
           const Launch packed_no_outputs = launch(c, b, 1, 0, false);
-          ASSERT_EQ(packed.kernel, GatedDeltaKernel::packed_bf16_decode);
+          ASSERT_EQ(packed.kernel, GatedDeltaKernel::decode_packed_bf16);
           ASSERT_EQ(rows.kernel, GatedDeltaKernel::rows8);
           EXPECT_NE(packed.pool16, b.pool_bf16) << "the launch changed no state";
           EXPECT_EQ(packed.pool16, rows.pool16);
@@ -335,6 +335,53 @@ TEST_F(GpuTest, PackedBf16DecodeMatchesRowKernelBitForBit) {
           EXPECT_TRUE(packed.guards_intact && rows.guards_intact &&
                       packed_no_outputs.guards_intact);
         }
+}
+
+// The kernel a launch takes where the choice asks nothing of the device (every launch but an fp32
+// decode with d_k = 128 and d_v % 32 == 0, whose staged grid depends on the device), by the rules
+// of gated_delta_pool.h: bf16 decode with d_k <= 128 packed, other decode rows8 without prefetch,
+// longer or unknown sequence lengths rows8, d_k outside {32, 64, 128, 256} general. No GPU needed.
+TEST(GatedDeltaPoolVariant, ChoiceWithoutTheDevice) {
+  struct VariantCase {
+    int dk, dv, max_seq_len;
+    Dtype dtype;
+    GatedDeltaKernel want;
+  };
+  const std::vector<VariantCase> cases = {
+      {128, 128, 1, Dtype::bf16, GatedDeltaKernel::decode_packed_bf16},
+      {64, 96, 1, Dtype::bf16, GatedDeltaKernel::decode_packed_bf16},
+      {32, 64, 1, Dtype::bf16, GatedDeltaKernel::decode_packed_bf16},
+      {256, 64, 1, Dtype::bf16, GatedDeltaKernel::decode_rows8},
+      {64, 64, 1, Dtype::fp32, GatedDeltaKernel::decode_rows8},
+      {128, 40, 1, Dtype::fp32, GatedDeltaKernel::decode_rows8},  // d_v % 32 != 0: not staged
+      {256, 40, 1, Dtype::fp32, GatedDeltaKernel::decode_rows8},
+      {128, 128, 0, Dtype::fp32, GatedDeltaKernel::rows8},
+      {128, 128, 0, Dtype::bf16, GatedDeltaKernel::rows8},
+      {32, 64, 7, Dtype::bf16, GatedDeltaKernel::rows8},
+      {60, 60, 1, Dtype::bf16, GatedDeltaKernel::general},
+      {30, 50, 0, Dtype::fp32, GatedDeltaKernel::general},
+  };
+  for (const VariantCase& c : cases) {
+    GatedDeltaPoolArgs a;
+    a.num_seqs = 8, a.H = 2, a.HV = 4, a.dk = c.dk, a.dv = c.dv, a.state_dtype = c.dtype;
+    a.max_seq_len = c.max_seq_len;
+    for (GateKind gate : {GateKind::gdn, GateKind::kda}) {
+      a.gate = gate;
+      EXPECT_EQ(gated_delta_pool_variant(a), c.want)
+          << "d_k " << c.dk << ", d_v " << c.dv << ", hint " << c.max_seq_len << ", "
+          << dtype_name(c.dtype) << ": " << gated_delta_kernel_name(gated_delta_pool_variant(a));
+    }
+  }
+}
+
+// The names result files record for the kernel that ran (bench rows' "kernel" attribute): those of
+// earlier results, whatever the enum values are called. No GPU needed.
+TEST(GatedDeltaPoolVariant, KernelNamesAreThoseOfEarlierResults) {
+  EXPECT_STREQ(gated_delta_kernel_name(GatedDeltaKernel::decode_staged), "staged_decode");
+  EXPECT_STREQ(gated_delta_kernel_name(GatedDeltaKernel::decode_packed_bf16), "packed_bf16_decode");
+  EXPECT_STREQ(gated_delta_kernel_name(GatedDeltaKernel::decode_rows8), "rows8_decode");
+  EXPECT_STREQ(gated_delta_kernel_name(GatedDeltaKernel::rows8), "rows8");
+  EXPECT_STREQ(gated_delta_kernel_name(GatedDeltaKernel::general), "general");
 }
 
 // Argument checks run before any device work, so these need no GPU (the pointers are never
