@@ -1,5 +1,5 @@
 // Experiment `bench`: speed of the reference recurrence and the codecs, against the copy bandwidth
-// measured in the same run (spec experiments.md; STYLE.md habit 11: byte and flop model per
+// measured in the same run (docs/experiments.md, "bench": a byte and flop model per
 // kernel, medians, a machine header in the result). `--device cpu` times the host code on one
 // core; `--device cuda` times the CUDA paths (kernels/bench).
 #include <algorithm>

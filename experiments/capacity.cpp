@@ -1,4 +1,4 @@
-// Experiment `capacity`: the K-sweep of spec cache.md section 6 (SGLang
+// Experiment `capacity`: the K-sweep of docs/cache_model.md (SGLang
 // benchmark/bench_linear_attention/bench_int8_checkpoint_reuse.py), bf16 single pool vs int8
 // checkpoint pool.
 //

@@ -11,7 +11,7 @@
 // round trip is a donate and a copy-on-write through the checkpoint kernels), recorded under
 // chain/cuda against the GPU path's own reference.
 //
-// Why it saturates (docs/numerics.md, "Contraction"): with ||k|| = 1, beta in (0, 1) and g < 0 each
+// Why it saturates (docs/numerics.md, "Why an injected error fades"): with ||k|| = 1, beta in (0, 1) and g < 0 each
 // step contracts a perturbation, so errors injected by earlier checkpoints fade geometrically. The
 // ablation `no_contraction` removes that: g = 0 (no decay) and beta scaled by 1e-3 (the delta-rule
 // write almost never contracts); every injected error persists and the error grows ~ sqrt(n).

@@ -350,7 +350,7 @@ void run_kl(const Options& o, const ModelConfig&, H5Writer& file, Summary& summa
                mean[vi], p99[vi], maxv[vi], top1[vi], state_relerr[vi]);
   fmt::print("kl: reference {:.4f} bits/byte, greedy accuracy {:.3f} on the continuations\n",
              ref_bpb, static_cast<double>(ref_correct) / ref_count);
-  // The ordering the spec expects in mean KL: fp32 <= bf16 < int8 < fp8_e4m3.
+  // The ordering expected in mean KL (docs/tinylm.md): fp32 <= bf16 < int8 < fp8_e4m3.
   const double f32 = summary.get("kl.fp32.mean_nats"), b16 = summary.get("kl.bf16.mean_nats"),
                f8 = summary.get("kl.fp8_e4m3.mean_nats");
   std::vector<std::string> broken;

@@ -1,4 +1,4 @@
-// State cache hooks and the scheduler model: the caching strategies of spec cache.md section 3,
+// State cache hooks and the scheduler model: the caching strategies of docs/cache_model.md,
 // the failure shapes of section 4, the payload restore contract, and allocation errors.
 #include <cstring>
 
@@ -157,7 +157,7 @@ TEST(CacheStrategy, RestoredStateIsTheRoundTripOfTheDonatedState) {
   }
 }
 
-// Failure shape 1 (spec cache.md section 4): a request matched (copy-on-write slot taken) but not
+// Failure shape 1 (docs/cache_model.md): a request matched (copy-on-write slot taken) but not
 // admitted must give the slot back.
 TEST(CacheFailureShape, MatchedButNotAdmittedGivesTheSlotBack) {
   for (CacheMode mode : {CacheMode::bf16, CacheMode::int8}) {
@@ -336,7 +336,7 @@ TEST(CacheInvariants, LeakedAndDoubleOwnedSlotsAreNamed) {
   cache.check({});
 }
 
-// The K-sweep mechanism at a small scale (spec cache.md section 6): with A = 32 active slots and 2
+// The K-sweep mechanism at a small scale (docs/cache_model.md): with A = 32 active slots and 2
 // requests in flight holding 3 slots each, the single pool keeps at most 32 - 6 = 26 states; the
 // int8 pool keeps C = 64. WARM and PROBE visit the prefixes in the same order, so LRU evicts each
 // state before its PROBE once K exceeds the capacity.

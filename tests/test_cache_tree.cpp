@@ -1,5 +1,5 @@
 // Radix tree of the cache model: hand-computed cases of match / split / insert / lock / evict_full
-// / evict_state (spec cache.md section 2; SGLang mamba_radix_cache.py), and the slot allocator
+// / evict_state (docs/cache_model.md; SGLang mamba_radix_cache.py), and the slot allocator
 // (section 1).
 #include <gtest/gtest.h>
 

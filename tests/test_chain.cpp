@@ -55,7 +55,7 @@ Summary run_chain_to(const ModelConfig& m, const Options& o, const std::string& 
 }
 
 // Reference and chained state [d_v, d_k] of head h of layer l at T, checkpoints every `spacing`
-// tokens, run here from zero with the drive's inputs (spec experiments.md `chain`).
+// tokens, run here from zero with the drive's inputs (docs/experiments.md `chain`).
 struct HeadRun {
   std::vector<float> ref, chained;
 };

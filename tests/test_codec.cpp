@@ -1,4 +1,4 @@
-// State codecs: exact semantics of spec numerics.md section 3.
+// State codecs: exact semantics of docs/codecs.md.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

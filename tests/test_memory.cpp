@@ -1,5 +1,5 @@
-// Memory of the state pools and the KV budget (spec cache.md sections 1 and 5), against values
-// computed by hand from the models' public configs (spec numerics.md section 2).
+// Memory of the state pools and the KV budget (docs/cache_model.md sections 1 and 5), against values
+// computed by hand from the models' public configs (docs/numerics.md, "Real model shapes").
 #include <cmath>
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // Reference recurrences: fp32 (Eigen) against the fp64 loop, hand-computed cases and the
-// mathematical properties of the gated delta rule (spec numerics.md section 1).
+// mathematical properties of the gated delta rule (docs/numerics.md, "The recurrence").
 #include <cmath>
 #include <cstring>
 #include <vector>

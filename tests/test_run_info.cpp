@@ -30,7 +30,7 @@ std::string shell_output(const std::string& cmd) {
 }
 }  // namespace
 
-// The root attributes every result file carries (spec experiments.md, "Result files"), read back
+// The root attributes every result file carries (docs/experiments.md, "Result files"), read back
 // with the HDF5 C API from a quick `codec` run on the tiny fixture model: tool_version is the
 // project version of CMakeLists.txt; git_commit the source tree's HEAD (as git itself prints it
 // here; "-dirty" allowed, the tree may have edits) or "unknown" without git; command_line, seed

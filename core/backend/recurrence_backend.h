@@ -7,7 +7,7 @@
 // of states, addressed by index, in the backend's own storage (host arrays, or slots of a device
 // state pool). The protocol moves states in and out only where it measures.
 //
-// Shapes: states S_hvk [HV, d_v, d_k] fp32 row-major (docs/numerics.md, "Layouts"); outputs
+// Shapes: states S_hvk [HV, d_v, d_k] fp32 row-major (docs/numerics.md, "State layout"); outputs
 // o_thv [t1 - t0, HV, d_v] fp32 (a backend whose kernels write bf16 outputs widens them exactly);
 // inputs as in core/state/layer_inputs.h. Semantics of one token: docs/numerics.md, "The gated
 // delta rule"; of a codec round trip: docs/codecs.md.

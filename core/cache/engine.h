@@ -1,4 +1,4 @@
-// A request scheduler model of a serving engine around the state cache (spec cache.md; SGLang
+// A request scheduler model of a serving engine around the state cache (docs/cache_model.md; SGLang
 // managers/scheduler.py get_new_batch_prefill / PrefillAdder, schedule_batch.py prepare_for_extend
 // / prepare_for_decode / retract_decode, scheduler_output_processor process_batch_result_*).
 //

@@ -192,7 +192,7 @@ RadixMatch RadixTree::match(const int32_t* tokens, int64_t n, bool every_node_ha
     best = node;
   }
   // LRU refresh: the hit node and its ancestors, the hit node most recent (SGLang
-  // reset_node_and_parents_mru); in the state list the hit node alone (spec cache.md section 2;
+  // reset_node_and_parents_mru); in the state list the hit node alone (docs/cache_model.md;
   // a split on the way has already refreshed its child there).
   if (best != kRoot) {
     int32_t d = 0;

@@ -1,5 +1,5 @@
 // The radix prefix tree of the cache model: SGLang's MambaRadixCache
-// (python/sglang/srt/mem_cache/mamba_radix_cache.py), spec cache.md section 2.
+// (python/sglang/srt/mem_cache/mamba_radix_cache.py), docs/cache_model.md.
 //
 // Each node holds the token ids of its edge (`key`), the KV of those tokens (modelled as the key
 // length, see kv_pool.h), an optional state slot (`state`; a node without one is a *tombstone*:
@@ -11,7 +11,7 @@
 // State slots belong to the pool that `states` manages: the active pool in single-pool (bf16)
 // mode, the checkpoint pool in int8 mode; eviction returns them there.
 //
-// Invariants (check(), spec cache.md section 4): full lock >= state lock; a locked state implies a
+// Invariants (check(), docs/cache_model.md): full lock >= state lock; a locked state implies a
 // state; the locks taken on the node itself (own_locks) are at most its full lock and equal its
 // state lock while it holds a state; full lock of a node >= the sum over its children; a leaf is
 // never a tombstone; the root holds nothing, is always locked and is in no list; both lists are in
@@ -65,7 +65,7 @@ struct RadixInsert {
   int32_t node = 0;           // the node that ends at the key's last token
 };
 
-// Counters the tree keeps (spec cache.md section 4).
+// Counters the tree keeps (docs/cache_model.md).
 struct RadixCounters {
   int64_t matches = 0;
   int64_t full_evicted_nodes = 0;   // nodes deleted by evict_full (leaves and swept tombstones)
@@ -91,7 +91,7 @@ class RadixTree {
   // floor(walked / Cg) * Cg when the walk went deeper than the hit (-1 when none or 0).
   // LRU refresh: the hit node and all its ancestors move to the most recent end of the full list
   // (the hit most recent; SGLang _match_post_processor); only the hit node moves in the state list
-  // (spec cache.md section 2; SGLang also moves the hit's state-holding ancestors). Nodes walked
+  // (docs/cache_model.md; SGLang also moves the hit's state-holding ancestors). Nodes walked
   // below the hit are not refreshed; a split on the way refreshes its child (see split). n == 0
   // returns the root, no refresh.
   // `every_node_has_state` (SGLang skip_mamba_match, KV-only matching): every node counts as
@@ -112,7 +112,7 @@ class RadixTree {
   // (exclusive). unlock reverses it; unlocking an unlocked node throws statecheck::Error. A lock
   // taken on a tombstone (possible only under KV-only matching, where a hit need not hold a state)
   // is counted on the node (own_locks): a state inserted there later starts with that many state
-  // locks, so the unlock finds what it releases (the spec does not cover a lock on a tombstone).
+  // locks, so the unlock finds what it releases (SGLang's own description does not cover a lock on a tombstone).
   void lock(int32_t node);
   void unlock(int32_t node);
 

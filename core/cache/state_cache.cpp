@@ -310,7 +310,7 @@ void StateCache::decode_track(CacheRequest& r, const int32_t* tokens, int64_t se
 // ---- caching ------------------------------------------------------------------------------------
 
 // After tree_.insert: a state that was already cached gives its slot back (in int8 mode the
-// quantize was wasted, spec cache.md section 2 "insert"); otherwise the state entered the tree.
+// quantize was wasted, docs/cache_model.md "insert"); otherwise the state entered the tree.
 void StateCache::account_insert(const RadixInsert& ins, int32_t state) {
   if (ins.state_exists) {
     cached_state_allocator().free(state);

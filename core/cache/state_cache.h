@@ -1,5 +1,5 @@
 // The linear-attention state cache of a serving engine: SGLang's MambaRadixCache with its pools
-// and request-level hooks (spec cache.md sections 1-4; SGLang
+// and request-level hooks (docs/cache_model.md sections 1-4; SGLang
 // python/sglang/srt/mem_cache/mamba_radix_cache.py cache_unfinished_req / cache_finished_req /
 // _match_post_processor, memory_pool.py HybridReqToTokenPool, mamba_checkpoint_pool.py, and the
 // scheduler's extra_buffer tracking in managers/schedule_batch.py
@@ -68,7 +68,7 @@ struct CacheConfig {
   void validate() const;
 };
 
-// Counters of spec cache.md section 4 (plus the tree's own, see RadixCounters).
+// Counters of docs/cache_model.md (plus the tree's own, see RadixCounters).
 struct CacheCounters {
   int64_t admissions = 0;         // requests admitted (a retracted request counts again)
   int64_t prompt_tokens = 0;      // prompt tokens of admitted requests
@@ -179,7 +179,7 @@ class StateCache {
   // Flush: requires that no request holds anything; frees every cached state and all tree KV.
   void flush();
 
-  // ---- invariants (spec cache.md section 4) ---------------------------------------------------
+  // ---- invariants (docs/cache_model.md) ---------------------------------------------------
   // Checks the tree invariants, the pool equations
   //   KV: free + evictable + protected + held by requests == N_kv
   //   bf16: active free + cached evictable + cached protected + held by requests == A

@@ -1,6 +1,6 @@
 // State codecs: what a checkpoint pool stores for a temporal state, and how it is restored.
 //
-// Semantics (spec numerics.md section 3), per (layer, head, key channel j), reduced over d_v:
+// Semantics (docs/codecs.md), per (layer, head, key channel j), reduced over d_v:
 //   int8:      amax_j = max(max_i |S[i, j]|, 1e-8)             (fp32)
 //              scale_j = amax_j / 127, rounded to the scale dtype (bf16: round-to-nearest-even)
 //              q[i, j] = clamp(rint(S[i, j] / scale_j), -127, 127)  (fp32 division, ties to even)

@@ -1,6 +1,6 @@
 // States supplied by the user (drive 'states'): a safetensors or HDF5 file holding temporal
 // states [L, HV, d_v, d_k] or [L, N, HV, d_v, d_k] (N states of one model), fp32 or bf16
-// (spec experiments.md, "Input drives").
+// (docs/experiments.md, "Drives").
 #pragma once
 
 #include <string>

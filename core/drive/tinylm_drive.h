@@ -1,4 +1,4 @@
-// The 'tinylm' input drive of the numerical experiments (spec experiments.md, "Input drives"):
+// The 'tinylm' input drive of the numerical experiments (docs/experiments.md, "Drives"):
 // real states and real recurrence inputs of the tiny trained language model on held-out text.
 //
 // Sequence n (n = 0 .. count() - 1) starts at byte n * kTinyLMDriveStride of the model's

@@ -1,6 +1,6 @@
 // Result files in HDF5 (C API, HDF5 >= 1.10), readable by h5py and h5dump without project code.
 //
-// Layout contract (spec experiments.md, "Result files"): root attributes tool_version,
+// Layout contract (docs/experiments.md, "Result files"): root attributes tool_version,
 // git_commit, command_line, seed, model, created_utc; one group per experiment; every dataset
 // carries string attributes `units` and `description`; arrays keep their natural shape,
 // outermost dimension first (row-major).

@@ -1,4 +1,4 @@
-// What every result file records about the run that made it (spec experiments.md: root
+// What every result file records about the run that made it (docs/experiments.md: root
 // attributes tool_version, git_commit, command_line, seed, model, created_utc).
 #pragma once
 

@@ -1,4 +1,4 @@
-// The flat summary of a run (spec experiments.md: `--summary FILE.json`) and the regression gate
+// The flat summary of a run (docs/experiments.md: `--summary FILE.json`) and the regression gate
 // against data/thresholds.json.
 //
 // thresholds.json: {"limits": {"<summary key>": {"op": "<" | ">" | "<=" | ">=", "limit": x,

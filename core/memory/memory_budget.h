@@ -1,4 +1,4 @@
-// Memory of the state pools and the KV-token budget (spec cache.md sections 1 and 5; SGLang
+// Memory of the state pools and the KV-token budget (docs/cache_model.md sections 1 and 5; SGLang
 // model_executor model_runner_kv_cache_mixin.py _handle_max_mamba_cache / _profile_available_bytes
 // and mem_cache/mamba_checkpoint_pool.py estimate_mem_usage_bytes).
 //

@@ -1,5 +1,5 @@
 // First-order model of how errors injected into a gated-delta state by repeated checkpoints add
-// up (spec numerics.md section 1, "Why error does not compound"; experiment `chain`).
+// up (docs/numerics.md, "The recurrence", "Why error does not compound"; experiment `chain`).
 //
 // A perturbation E [d_v, d_k] of the state evolves like the state without its input term:
 //   E <- E diag(exp(g))            (GDN: one g for every key channel)

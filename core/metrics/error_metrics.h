@@ -2,7 +2,7 @@
 //
 // relerr = ||approx - ref||_F / ||ref||_F; max_abs = max |approx - ref|; small_entry_share = the
 // fraction of squared error sitting in entries whose |ref| is below the median |ref| of their
-// column (the spec's test of "int8 error concentrates on small entries"; spec numerics.md
+// column (the test of "int8 error concentrates on small entries"; docs/numerics.md
 // section 3, error metrics).
 #pragma once
 

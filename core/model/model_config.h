@@ -3,7 +3,7 @@
 //
 // Shipped configs live in data/models/<name>.json (schema documented in data/models/README.md);
 // a Hugging Face config.json of the Qwen3-Next / Qwen3.5 / Kimi-Linear families is accepted too.
-// Values and sources: shared spec numerics.md section 2 and each file's "source" field.
+// Values and sources: shared docs/numerics.md, "Real model shapes" and each file's "source" field.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// The token KV pool of the full-attention layers (spec cache.md section 1), modelled as counts.
+// The token KV pool of the full-attention layers (docs/cache_model.md), modelled as counts.
 //
 // SGLang's TokenToKVPoolAllocator hands out one KV index per token and the radix tree stores those
 // indices per node. Which index a token gets never changes a caching decision (only how many are

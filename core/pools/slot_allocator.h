@@ -1,4 +1,4 @@
-// Slot allocator of a state pool (spec cache.md section 1; SGLang
+// Slot allocator of a state pool (docs/cache_model.md; SGLang
 // python/sglang/srt/mem_cache/allocator/mamba.py, MambaSlotAllocator).
 //
 // A pool of N usable slots allocates N + 1 rows; row 0 is reserved (padding rows of a batch point

@@ -1,4 +1,4 @@
-// The state pools of the cache model (spec cache.md section 1; SGLang MambaPool in
+// The state pools of the cache model (docs/cache_model.md; SGLang MambaPool in
 // python/sglang/srt/mem_cache/memory_pool.py and MambaCheckpointPool in
 // python/sglang/srt/mem_cache/mamba_checkpoint_pool.py).
 //
@@ -6,7 +6,7 @@
 // holding temporal + conv state at the temporal dtype (fp32 or bf16). In single-pool (bf16) mode
 // the radix cache's states are slots of this pool too.
 // CheckpointPool: int8 mode only, C usable slots + slot 0, each holding int8 temporal values +
-// per-(layer, head, key-channel) scales + the conv state untouched (spec numerics.md section 3).
+// per-(layer, head, key-channel) scales + the conv state untouched (docs/codecs.md).
 //
 // Payload layout (when `payload` is on; see core/cache/payload.h for the shape): active temporal
 // [A + 1, L, HV, d_v, d_k] fp32 (bf16-rounded values when the temporal dtype is bf16), active conv

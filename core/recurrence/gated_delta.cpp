@@ -95,7 +95,7 @@ void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int 
       decay = gt.array().exp();
     }
     // One pass per row (value channel) with the row in L1: decay, u_i = row . k, delta-rule write,
-    // readout. Same operation order as the spec's four lines, element by element.
+    // readout. Same operation order as the four lines of docs/numerics.md, "The recurrence", element by element.
     for (int i = 0; i < dv; ++i) {
       auto row = S.row(i);
       if (scalar_gate)

@@ -1,7 +1,7 @@
 // Reference implementations of the gated delta rule (GDN and KDA), per value head, state layout
 // [HV, d_v, d_k] (row i = value channel, column j = key channel).
 //
-// Per token t and value head h (key head h / (HV / H)), spec numerics.md section 1:
+// Per token t and value head h (key head h / (HV / H)), docs/numerics.md, "The recurrence":
 //   q, k <- q / ||q||, k / ||k||     over d_k, when qk_l2norm (||x|| = sqrt(sum x^2 + 1e-6), the
 //                                    epsilon of flash-linear-attention's l2norm)
 //   S  <- S * exp(g_t)               GDN: scalar g_t[h]; KDA: column j scaled by exp(g_t[h, j])

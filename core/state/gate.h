@@ -1,4 +1,4 @@
-// The gate of a gated delta rule layer, by family (docs/numerics.md, "The gated delta rule").
+// The gate of a gated delta rule layer, by family (docs/numerics.md, "The recurrence").
 //   gdn: one scalar log-space decay per value head and token, g [T, HV];
 //   kda: one per value head, token and key channel, g [T, HV, d_k].
 #pragma once

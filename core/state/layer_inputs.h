@@ -1,5 +1,5 @@
 // The shape of one gated-delta layer's recurrence and its per-token inputs (docs/numerics.md,
-// "The gated delta rule"). A model's shape at its TP shard: recurrence_shape() in
+// "The recurrence"). A model's shape at its TP shard: recurrence_shape() in
 // core/model/model_config.h.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Distances between two next-token distributions given as logits (spec numerics.md section 3,
+// Distances between two next-token distributions given as logits (docs/codecs.md,
 // "Logit level").
 #pragma once
 

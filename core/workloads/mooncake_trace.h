@@ -1,5 +1,5 @@
 // Mooncake-format request traces (the FAST'25 Mooncake release, e.g. data/traces/
-// mooncake_conversation_trace.jsonl; spec cache.md section 6).
+// mooncake_conversation_trace.jsonl; docs/cache_model.md).
 //
 // One JSON object per line: `timestamp` (ms since the trace start, >= 0), `input_length` (prompt
 // tokens, >= 1), `output_length` (generated tokens, >= 0), `hash_ids` (list of non-negative ints;

@@ -1,4 +1,4 @@
-// Synthetic workloads of the cache experiments (spec cache.md section 6) and the closed-loop
+// Synthetic workloads of the cache experiments (docs/cache_model.md) and the closed-loop
 // client that drives them (SGLang benchmark/bench_linear_attention/bench_int8_checkpoint_reuse.py:
 // a thread pool of `parallel` workers, each sending its next request when the previous returns).
 #pragma once
