@@ -16,7 +16,7 @@ namespace statecheck {
 // ---- measurement: configuration from the options ----------------------------------------------
 
 // One value head of the model per slot: temporal [1, 1, d_v, d_k] and that head's share of the
-// conv channels (conv_dim_shard / HV_shard) x (W - 1). See core/cache/payload.h.
+// conv channels (conv_dim_shard / HV_shard) x (W - 1). See core/pools/payload.h.
 PayloadShape model_payload_shape(const ModelConfig& m);
 
 // State dtypes from --temporal-dtype, --scale-dtype (default: the temporal dtype), --conv-dtype;

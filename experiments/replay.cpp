@@ -3,7 +3,7 @@
 //
 // Trace: --trace FILE (default data/traces/mooncake_conversation_trace.jsonl, 12,031 requests,
 // ~145M prompt tokens over 59 minutes); --trace-bad-lines reject|skip. 512-token blocks become
-// deterministic token ids (core/trace/mooncake_trace.h); generated tokens get unique ids.
+// deterministic token ids (core/workloads/mooncake_trace.h); generated tokens get unique ids.
 // Arrivals at the trace timestamps; concurrency bounded by the pools and the running cap; time by
 // the engine's cost model. --quick replays the first 1,000 requests.
 //
@@ -173,10 +173,10 @@ struct ReplayResult {
   std::vector<ModeReplay> modes;
   MatchInsertBench bench;
 
-  double token_hit_rate(const std::string& mode) const {
+  const ModeReplay& mode(const std::string& name) const {
     for (const ModeReplay& r : modes)
-      if (r.run.mode == mode) return r.token_hit_rate;
-    fail("replay: no mode {}", mode);
+      if (r.run.mode == name) return r;
+    fail("replay: no mode {}", name);
   }
 };
 
@@ -223,14 +223,15 @@ EngineConfig replay_config(const Options& o, const ModelConfig& m, CacheMode mod
   return c;
 }
 
-// Throws statecheck::Error for a trace that cannot be read or has no valid request, and whatever
-// replay_pools throws.
-ReplayResult measure_replay(const Options& o, const ModelConfig& m) {
-  ReplayResult res;
-  const std::string path = trace_path(o);
-  res.trace = path;
-  res.bad_lines = o.trace_bad_lines;
-  Trace trace = load_mooncake_trace(path, o.trace_bad_lines);
+// The trace as replayed: its valid requests in arrival order (quick: the first 1,000) and the lines
+// skipped. Prints the skipped lines (the first 20) and a reordering. Throws statecheck::Error for a
+// trace that cannot be read or has no valid request.
+struct ReplayTrace {
+  std::vector<TraceRequest> requests;
+  std::vector<TraceIssue> skipped;
+};
+ReplayTrace load_replay_trace(const std::string& path, BadLines bad_lines, bool quick) {
+  Trace trace = load_mooncake_trace(path, bad_lines);
   for (size_t i = 0; i < trace.skipped.size(); ++i)
     if (i < 20)
       fmt::print("replay: skipped {}:{}: {}\n", path, trace.skipped[i].line,
@@ -240,26 +241,18 @@ ReplayResult measure_replay(const Options& o, const ModelConfig& m) {
   if (trace.reordered)
     fmt::print("replay: timestamps were not in order; requests sorted by timestamp\n");
   if (trace.requests.empty()) fail("{}: no valid requests", path);
-  res.skipped = std::move(trace.skipped);
-  std::vector<TraceRequest> reqs = std::move(trace.requests);
+  ReplayTrace t{std::move(trace.requests), std::move(trace.skipped)};
   const size_t quick_n = 1000;
-  if (o.quick && reqs.size() > quick_n) reqs.resize(quick_n);
-  res.requests = static_cast<int64_t>(reqs.size());
-  int64_t prompt_total = 0, output_total = 0;
-  for (const auto& r : reqs) {
-    prompt_total += r.input_length;
-    output_total += std::max(1, r.output_length);
-  }
-  res.prompt_tokens = prompt_total;
-  res.reuse = trace_prefix_reuse(reqs);
-  fmt::print(
-      "replay: {} ({} requests, {} prompt tokens, {} output tokens, {} lines skipped); "
-      "infinite-cache prefix "
-      "reuse {:.2f}% of blocks, {:.2f}% of tokens\n",
-      path, reqs.size(), prompt_total, output_total, res.skipped.size(),
-      100.0 * res.reuse.block_fraction(), 100.0 * res.reuse.token_fraction());
+  if (quick && t.requests.size() > quick_n) t.requests.resize(quick_n);
+  return t;
+}
 
-  // ---- memory budget ----------------------------------------------------------------------------
+// The engine configs of the six modes, in the order of ReplayResult::modes (see the file comment),
+// for the trace `reqs` of `tokens` prompt + output tokens. Sets the memory fields of `res` and
+// prints the pool sizes. Throws whatever replay_pools throws.
+std::vector<std::pair<std::string, EngineConfig>> replay_modes(
+    const Options& o, const ModelConfig& m, const std::vector<TraceRequest>& reqs, int64_t tokens,
+    ReplayResult& res) {
   const StateDtypes dt = options_dtypes(o);
   const ReplayPools pools = replay_pools(o, m);
   const Budget& bf16_budget = pools.bf16;
@@ -284,9 +277,9 @@ ReplayResult measure_replay(const Options& o, const ModelConfig& m) {
   int64_t max_states = 0;  // at most: one per prefill chunk, one after prefill, one at finish
   for (const auto& r : reqs) max_states += r.input_length / std::max(1, o.chunked_prefill) + 3;
   auto unbounded = [&](CacheStrategy strategy, bool kv_only) {
-    EngineConfig c = replay_config(o, m, CacheMode::int8, int64_t{bf16_cap} * 3 + 8,
-                                   std::min<int64_t>(max_states, (int64_t{1} << 31) - 2),
-                                   prompt_total + output_total + 1);
+    EngineConfig c =
+        replay_config(o, m, CacheMode::int8, int64_t{bf16_cap} * 3 + 8,
+                      std::min<int64_t>(max_states, (int64_t{1} << 31) - 2), tokens + 1);
     c.cache.strategy = strategy;
     c.cache.payload = false;
     c.max_running = bf16_cap;
@@ -305,20 +298,44 @@ ReplayResult measure_replay(const Options& o, const ModelConfig& m) {
   EngineConfig sb_int8 =
       replay_config(o, m, CacheMode::int8, sb_split.active, sb_split.ckpt, kv_tokens);
   sb_bf16.max_running = sb_int8.max_running = sb_running;
+  return {{"bf16", bf16_cfg},
+          {"int8", int8_cfg},
+          {"unbounded", unbounded(CacheStrategy::no_buffer, true)},
+          {"unbounded_engine", unbounded(o.strategy, false)},
+          {"state_bound_bf16", sb_bf16},
+          {"state_bound_int8", sb_int8}};
+}
 
+// Loads the trace, sizes the pools, replays every mode and runs the benchmark, printing the trace
+// and the pool sizes as it starts. Throws what load_replay_trace and replay_modes throw.
+ReplayResult measure_replay(const Options& o, const ModelConfig& m) {
+  ReplayResult res;
+  res.trace = trace_path(o);
+  res.bad_lines = o.trace_bad_lines;
+  ReplayTrace trace = load_replay_trace(res.trace, o.trace_bad_lines, o.quick);
+  const std::vector<TraceRequest>& reqs = trace.requests;
+  res.skipped = std::move(trace.skipped);
+  res.requests = static_cast<int64_t>(reqs.size());
+  int64_t output_tokens = 0;
+  for (const auto& r : reqs) {
+    res.prompt_tokens += r.input_length;
+    output_tokens += std::max(1, r.output_length);
+  }
+  res.reuse = trace_prefix_reuse(reqs);
+  fmt::print(
+      "replay: {} ({} requests, {} prompt tokens, {} output tokens, {} lines skipped); "
+      "infinite-cache prefix "
+      "reuse {:.2f}% of blocks, {:.2f}% of tokens\n",
+      res.trace, reqs.size(), res.prompt_tokens, output_tokens, res.skipped.size(),
+      100.0 * res.reuse.block_fraction(), 100.0 * res.reuse.token_fraction());
+
+  const auto modes = replay_modes(o, m, reqs, res.prompt_tokens + output_tokens, res);
   const double t_base = reqs.front().timestamp_ms;
   res.minutes = static_cast<size_t>((reqs.back().timestamp_ms - t_base) / 1000.0 / 60.0) + 1;
-  const std::pair<const char*, EngineConfig> runs[] = {
-      {"bf16", bf16_cfg},
-      {"int8", int8_cfg},
-      {"unbounded", unbounded(CacheStrategy::no_buffer, true)},
-      {"unbounded_engine", unbounded(o.strategy, false)},
-      {"state_bound_bf16", sb_bf16},
-      {"state_bound_int8", sb_int8}};
-  for (const auto& [mode, cfg] : runs)
-    res.modes.push_back(summarize_run(replay_once(mode, cfg, reqs, path), reqs, res.minutes));
+  for (const auto& [mode, cfg] : modes)
+    res.modes.push_back(summarize_run(replay_once(mode, cfg, reqs, res.trace), reqs, res.minutes));
 
-  // ---- match + insert benchmark (bookkeeping, one core) -----------------------------------------
+  // Match + insert benchmark (bookkeeping, one core).
   res.bench.tokens_per_s = bench_match_insert(reqs, &res.bench.seconds, &res.bench.tokens);
   return res;
 }
@@ -396,16 +413,17 @@ void record_replay(const ReplayResult& r, H5Writer& file, Summary& summary) {
       g + "/hit_rate_per_minute", curve, {r.modes.size(), r.minutes}, "1",
       "[mode, minute of trace time]: token hit rate of the requests arriving in that minute");
   const double trace_reuse = r.reuse.token_fraction();
-  const double unb = r.token_hit_rate("unbounded");
+  const double unb = r.mode("unbounded").token_hit_rate;
   summary.set("replay.unbounded_over_trace_token_reuse", trace_reuse > 0 ? unb / trace_reuse : 0.0);
   summary.set("replay.unbounded_excess_over_trace_token_reuse", unb - trace_reuse);
   summary.set("replay.int8_minus_bf16.token_hit_rate",
-              r.token_hit_rate("int8") - r.token_hit_rate("bf16"));
-  summary.set("replay.state_bound.int8_minus_bf16.token_hit_rate",
-              r.token_hit_rate("state_bound_int8") - r.token_hit_rate("state_bound_bf16"));
+              r.mode("int8").token_hit_rate - r.mode("bf16").token_hit_rate);
+  summary.set(
+      "replay.state_bound.int8_minus_bf16.token_hit_rate",
+      r.mode("state_bound_int8").token_hit_rate - r.mode("state_bound_bf16").token_hit_rate);
 
   const MatchInsertBench& b = r.bench;
-  const double unbounded_s = r.modes[2].run.wall_s, bf16_s = r.modes[0].run.wall_s;
+  const double unbounded_s = r.mode("unbounded").run.wall_s, bf16_s = r.mode("bf16").run.wall_s;
   file.write_scalar(g + "/bench_match_insert_tokens_per_s", b.tokens_per_s, "tokens/s",
                     "radix match + insert of every prompt (bare tree, unbounded pools), prompt "
                     "tokens per second");
