@@ -31,7 +31,9 @@ void store_fp32(const WorkingStateRun& ws, const RecurrenceShape& s, int h, int 
   const RoundingPlace place{
       rounding_key(ws.seed, static_cast<uint32_t>(ws.layer), static_cast<uint32_t>(h)),
       static_cast<uint32_t>(t), static_cast<uint32_t>(ws.sequence)};
-  ws_store_head(ws.format, S, e, s.dv, s.dk, place);
+  thread_local std::vector<float> scratch;
+  scratch.resize(2 * static_cast<size_t>(s.dk));
+  ws_store_head_rows(ws.format, S, e, s.dv, s.dk, place, scratch.data(), scratch.data() + s.dk);
 }
 
 void head_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1, double* S,
