@@ -15,7 +15,7 @@
 //      eps_h(t) the error one storage adds to the reference state at t, rate_h the head's mean
 //      contraction rate (core/metrics/contraction_model.h); error feedback is modelled as one
 //      storage error (its residual re-enters the next quantization instead of accumulating);
-//   2. the tiny language model over the first N bytes of its held-out text (N = 4096; quick 256)
+//   2. the tiny language model over the first N bytes of its held-out text (N = 4096; quick 512)
 //      from a zero state, once with the plain fp32 recurrence and once per format:
 //      per-position KL(p_fp32 || p_format) in nats, top-1 agreement, and both per position bin;
 //   3. a decay sweep: init-gdn inputs with the log-decay of every head and token replaced by one
@@ -315,7 +315,7 @@ KlResult measure_kl(const Options& o, const std::vector<WorkingStateFormat>& for
   const TinyLMConfig& c = model.config();
   const std::vector<uint8_t> text = read_bytes(c.input_file("eval_text", c.eval_text_file));
   KlResult r;
-  r.N = o.quick ? 256 : 4096;
+  r.N = o.quick ? 512 : 4096;
   if (static_cast<int>(text.size()) < r.N)
     fail("{}: {} bytes, inloop needs {}", c.eval_text_file, text.size(), r.N);
   r.bytes_dv = c.dv;
