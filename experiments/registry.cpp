@@ -109,7 +109,8 @@ std::vector<ExperimentEntry> make_registry() {
                          false,
                          K::state_numerics};
   inloop.reads = {"seed", "threads", "quick"};
-  inloop.refuses = {{"drive", "inloop runs the drives seed-kda, init-kda, init-gdn and tinylm itself"}};
+  inloop.refuses = {
+      {"drive", "inloop runs the drives seed-kda, init-kda, init-gdn and tinylm itself"}};
 
   ExperimentEntry bench{
       "bench",   "speed of the reference, codecs and kernels against measured copy bandwidth",
