@@ -7,7 +7,8 @@ import re
 import sys
 
 LAYERS = [
-    "core/util", "core/dtype", "core/state", "core/io", "core/model", "core/recurrence",
+    "core/util", "core/dtype", "core/state", "core/io", "core/model", "core/working_state",
+    "core/recurrence",
     "core/codec", "core/backend", "core/metrics", "core/tinylm", "core/drive", "core/pools",
     "core/cache", "core/workloads", "core/memory", "kernels", "experiments",
 ]
