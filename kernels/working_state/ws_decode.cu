@@ -210,11 +210,9 @@ __device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)
       w[c] = ws_bf16_rne(x[2 * c]) | (uint32_t{ws_bf16_rne(x[2 * c + 1])} << 16);
   } else {
     constexpr Kind K = ST == Store::int8 ? Kind::int8 : Kind::fp8;
-    Fp8Bracket br[CPL];
-    if constexpr (ST == Store::fp8) {
+    Fp8Bracket br[CPL];  // read by the fp8 encode only (dead code for int8)
 #pragma unroll
-      for (int e = 0; e < CPL; ++e) br[e] = fp8_bracket(inv[e]);
-    }
+    for (int e = 0; e < CPL; ++e) br[e] = fp8_bracket(inv[e]);
     uint32_t q[CPL];
     encode_row<K, CPL>(x, s, inv, br, q);
 #pragma unroll
@@ -253,7 +251,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2) ws_decode_kernel(WsParams p)
   float* sm_inv = sm_scale + 2 * dk;         // [2][dk]
 
   // The stored state, decoded.
-  float sc[CPL], inv[CPL];
+  float sc[CPL], inv[CPL];  // this lane's column scales and their reciprocals (scaled formats)
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) sc[e] = inv[e] = 1.0f;
   if constexpr (kScaled) {
     if (p.bf16_scale) {
       load_bf16<CPL>(reinterpret_cast<const uint16_t*>(p.scales) + head * dk + j0, sc);

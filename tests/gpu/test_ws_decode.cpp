@@ -417,7 +417,8 @@ TEST_F(WsDecodeDevice, SlotCopyMovesCodesAndScalesByteForByte) {
   }
 }
 
-TEST_F(WsDecodeDevice, RejectsBadArguments) {
+// The argument checks come before any device work, so they run without a GPU too.
+TEST(WsDecodeArguments, RejectsBadArguments) {
   WsDecodeArgs a;
   a.num_seqs = 1, a.H = 1, a.HV = 1, a.dk = 96, a.dv = 64;
   a.format.kind = WorkingStateKind::int8;
