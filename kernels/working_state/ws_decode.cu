@@ -175,12 +175,12 @@ __device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, ui
 // of element_codec.h: RNE int8 and E4M3 the cheap way of kernels/codec/rounding.cuh (proved there
 // to give the division's code for amax-derived scales) with the division where it cannot decide;
 // stochastic roundings by the element codec itself, with the Philox words of the chunk.
-template <Store ST, int CPL>
+template <Store ST, int CPL, bool SR>
 __device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)[CPL],
                                              const float (&s)[CPL], const float (&inv)[CPL],
                                              Philox4x32Key key, uint32_t element, uint32_t pos,
                                              uint32_t seq, uint32_t (&w)[Packed<ST, CPL>::kWords]) {
-  if (p.sr) {
+  if constexpr (SR) {
 #pragma unroll
     for (int c = 0; c < CPL / 4; ++c) {
       const Philox4x32Counter r = philox4x32_10(rounding_counter(element + 4u * c, pos, seq), key);
@@ -221,7 +221,7 @@ __device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)
   }
 }
 
-template <Store ST, int CPL, bool KDA>
+template <Store ST, int CPL, bool KDA, bool SR>
 __global__ void __launch_bounds__(kBlockThreads, 2) ws_decode_kernel(WsParams p) {
   constexpr int RPT = kRowsPerThread;
   constexpr int NW = Packed<ST, CPL>::kWords;
@@ -285,8 +285,16 @@ __global__ void __launch_bounds__(kBlockThreads, 2) ws_decode_kernel(WsParams p)
     float q[CPL], kk[CPL], a[KDA ? CPL : 1];
     load_bf16<CPL>(p.q + (static_cast<int64_t>(t) * p.H + kh) * dk + j0, q);
     load_bf16<CPL>(p.k + (static_cast<int64_t>(t) * p.H + kh) * dk + j0, kk);
+    constexpr int kQuarter = CPL / 4;  // KDA: gates each of a warp's 4 row groups exponentiates
+    [[maybe_unused]] float g_mine[kQuarter];
     if constexpr (KDA) {
-      load_f32<CPL>(p.g + (static_cast<int64_t>(t) * p.HV + h) * dk + j0, a);
+      // The 4 row groups of a warp share the lane's key channels: row group w = (lane >> 3) & 3
+      // loads and exponentiates channels j0 + w kQuarter .. + kQuarter, and the rest arrive by
+      // shuffles below (a quarter of the exponentials; the same values in every lane).
+      const float* gt = p.g + (static_cast<int64_t>(t) * p.HV + h) * dk + j0 +
+                        ((threadIdx.x >> 3) & 3) * kQuarter;
+#pragma unroll
+      for (int e = 0; e < kQuarter; ++e) g_mine[e] = gt[e];
     } else {
       a[0] = p.g[static_cast<int64_t>(t) * p.HV + h];
     }
@@ -313,8 +321,15 @@ __global__ void __launch_bounds__(kBlockThreads, 2) ws_decode_kernel(WsParams p)
       kk[e] = wsk::mul(kk[e], kscale);
       q[e] = wsk::mul(q[e], qscale);
     }
+    if constexpr (KDA) {
 #pragma unroll
-    for (int e = 0; e < (KDA ? CPL : 1); ++e) a[e] = wsk::exp(a[e]);
+      for (int e = 0; e < kQuarter; ++e) g_mine[e] = wsk::exp(g_mine[e]);
+#pragma unroll
+      for (int e = 0; e < CPL; ++e)
+        a[e] = __shfl_sync(0xffffffffu, g_mine[e % kQuarter], ((e / kQuarter) << 3) | sub);
+    } else {
+      a[0] = wsk::exp(a[0]);
+    }
 
     // The delta rule on the rows, the readout, the column amax.
     float m[CPL];
@@ -390,8 +405,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2) ws_decode_kernel(WsParams p)
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
       uint32_t w[NW];
-      encode_chunk<ST, CPL>(p, s[r], sc, inv, key, static_cast<uint32_t>(rows[r] * dk + j0), pos,
-                            seq_id, w);
+      encode_chunk<ST, CPL, SR>(p, s[r], sc, inv, key, static_cast<uint32_t>(rows[r] * dk + j0),
+                                pos, seq_id, w);
       if (last) {
         if (row_ok[r]) store_words<NW>(codes + (static_cast<int64_t>(rows[r]) * dk + j0) * EB, w);
       } else {
@@ -446,10 +461,15 @@ void launch(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
   const int threads = block_threads(a.dv);
   const size_t shared = (2 * static_cast<size_t>(threads / 32) * a.dk + 4 * a.dk) * sizeof(float);
   const dim3 grid(a.num_seqs, a.HV);
-  if (a.gate == GateKind::kda)
-    ws_decode_kernel<ST, CPL, true><<<grid, threads, shared, stream>>>(p);
+  const bool kda = a.gate == GateKind::kda;
+  if (kda && p.sr)
+    ws_decode_kernel<ST, CPL, true, true><<<grid, threads, shared, stream>>>(p);
+  else if (kda)
+    ws_decode_kernel<ST, CPL, true, false><<<grid, threads, shared, stream>>>(p);
+  else if (p.sr)
+    ws_decode_kernel<ST, CPL, false, true><<<grid, threads, shared, stream>>>(p);
   else
-    ws_decode_kernel<ST, CPL, false><<<grid, threads, shared, stream>>>(p);
+    ws_decode_kernel<ST, CPL, false, false><<<grid, threads, shared, stream>>>(p);
 }
 
 template <Store ST>

@@ -43,6 +43,11 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.name;
 }
 
+// gtest prints a case by its name instead of its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
 WorkingStateFormat format_of(const Case& c) {
   WorkingStateFormat f;
   f.kind = c.kind;
