@@ -65,6 +65,43 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   ref.bytes = 2.0 * S.size() * 4 * T;
   rows.push_back(ref);
 
+  // Working-state formats (docs/working_state.md): the same layer and tokens with the state stored
+  // in the format after every token. Validated first: format fp32 must reproduce the plain
+  // reference bit for bit, or no format is timed.
+  {
+    std::vector<float> plain(S.size(), 0.0f), ws(S.size(), 0.0f);
+    gated_delta_layer_fp32(shape, in, 0, T, plain.data(), nullptr);
+    gated_delta_layer_fp32_ws(shape, in, 0, T, ws.data(), nullptr, nullptr,
+                              {WorkingStateFormat{}, o.seed, 0, 0});
+    if (std::memcmp(plain.data(), ws.data(), plain.size() * sizeof(float)) != 0)
+      fail("bench: the fp32 working-state format differs from the plain reference; not timed");
+  }
+  fmt::print(
+      "\nbench: working-state formats, per-token cost against the plain fp32 step "
+      "({} heads, d_k {}, d_v {}, {} tokens)\n",
+      shape.HV, shape.dk, shape.dv, T);
+  for (const WorkingStateFormat& f : all_working_state_formats()) {
+    std::vector<float> Sw(S.size(), 0.0f), e(S.size(), 0.0f);
+    const WorkingStateRun run{f, o.seed, 0, 0};
+    BenchRow row{"cpu_ws_" + f.name(), 0, 0, 0};
+    row.seconds = median_seconds(repeats, [&] {
+      std::fill(Sw.begin(), Sw.end(), 0.0f);
+      std::fill(e.begin(), e.end(), 0.0f);
+      gated_delta_layer_fp32_ws(shape, in, 0, T, Sw.data(), e.data(), nullptr, run);
+    });
+    row.flops = ref.flops;
+    // Byte model: the stored state read and written once per token at the format's bytes.
+    row.bytes = 2.0 * S.size() * f.bytes_per_element(shape.dv) * T;
+    const double per_token_us = row.seconds / T * 1e6;
+    summary.set("bench." + row.name + ".us_per_token", per_token_us);
+    summary.set("bench." + row.name + ".over_plain", row.seconds / ref.seconds);
+    file.write_scalar("bench/" + row.name + "/us_per_token", per_token_us, "us",
+                      "median time per token of the layer");
+    fmt::print("  {:<16} {:>10.1f} us/token {:>8.2f}x plain\n", f.name(), per_token_us,
+               row.seconds / ref.seconds);
+    rows.push_back(row);
+  }
+
   // Codecs: encode + decode of the whole multi-layer state of the model at its TP shard.
   const StateShape ss{m.linear_layer_count(), shape.HV, shape.dv, shape.dk};
   MultiLayerState state(ss);

@@ -105,6 +105,8 @@ void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 // Logit-level KL of the tiny language model after a state codec round trip (experiments/kl.cpp);
 // ignores `m` and uses the tiny model (data/tinylm, or the tiny-model config given with --model).
 void run_kl(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+// Working-state formats along time, in the tiny model and across decay (experiments/inloop.cpp).
+void run_inloop(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 // Cache model experiments (docs/cache_model.md, docs/experiments.md): experiments/memory.cpp,
 // capacity.cpp, firecount.cpp, replay.cpp.
 void run_memory(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);

@@ -18,6 +18,7 @@
 
 #include "core/memory/memory_budget.h"
 #include "core/util/error.h"
+#include "core/working_state/format.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"
 
@@ -49,6 +50,39 @@ struct ShippedMemory {
   std::string not_computed;  // the reason, when `memory` is empty
 };
 
+// The selected model's pools when the working state itself is kept in a working-state format
+// (docs/working_state.md): a slot holds L_lin x HV x d_v x d_k elements at the format's bytes per
+// element (values, scales, error-feedback residual) plus the conv state; the checkpoint pool
+// holds the same slots, since a checkpoint of a quantized working state is a plain slot copy.
+struct WorkingStatePool {
+  WorkingStateFormat format;
+  double slot_bytes = 0.0;
+  double slots_per_gib = 0.0;
+  int64_t kv_tokens = 0;  // correct accounting: rest - (A + 1 + C + 1) slots, / KV per token
+};
+
+std::vector<WorkingStatePool> working_state_pools(const ModelConfig& m, const Budget& b) {
+  std::vector<WorkingStatePool> out;
+  const double elements = static_cast<double>(m.linear_layer_count()) * m.value_heads_shard() *
+                          m.head_v_dim * m.head_k_dim;
+  for (const WorkingStateFormat& f : all_working_state_formats()) {
+    WorkingStatePool p{f};
+    p.slot_bytes =
+        elements * f.bytes_per_element(m.head_v_dim) + static_cast<double>(b.active.per_slot.conv);
+    p.slots_per_gib = kGiB / p.slot_bytes;
+    const double pools =
+        static_cast<double>(b.active.slots + 1 +
+                            (b.checkpoint.slots > 0 ? b.checkpoint.slots + 1 : 0)) *
+        p.slot_bytes;
+    p.kv_tokens = b.kv_bytes_per_token > 0
+                      ? std::max<int64_t>(
+                            0, static_cast<int64_t>((b.rest_bytes - pools) / b.kv_bytes_per_token))
+                      : 0;
+    out.push_back(p);
+  }
+  return out;
+}
+
 struct MemoryResult {
   StateDtypes dtypes;
   double gpu_mem_gib = 0.0;  // --gpu-mem-gib, GiB
@@ -57,7 +91,8 @@ struct MemoryResult {
   // Bytes of the selected model's active + checkpoint pools beyond the memory for caches (0: they
   // fit); where they do not, its correct KV budget is floored at 0 tokens.
   double state_excess_bytes = 0.0;
-  std::vector<ShippedMemory> shipped;  // in shipped_model_names() order
+  std::vector<ShippedMemory> shipped;           // in shipped_model_names() order
+  std::vector<WorkingStatePool> working_state;  // the selected model, per working-state format
 };
 
 // Throws statecheck::Error when the selected model does not fit the options (compute_budget);
@@ -81,6 +116,7 @@ MemoryResult measure_memory(const Options& o, const ModelConfig& m) {
     }
     r.shipped.push_back(std::move(sm));
   }
+  r.working_state = working_state_pools(m, b);
   return r;
 }
 
@@ -142,6 +178,43 @@ void write_model(H5Writer& f, const std::string& g, const ModelMemory& mm) {
       "active pool SGLang sizes automatically (mamba_full_memory_ratio 0.9, no checkpoint pool)");
   f.write_scalar(g + "/auto_kv_tokens_engine", static_cast<double>(mm.auto_budget.kv_tokens_engine),
                  "tokens", "KV budget next to the automatic active pool (engine accounting)");
+}
+
+void record_working_state_pools(const std::vector<WorkingStatePool>& pools, const Budget& b,
+                                H5Writer& file, Summary& summary) {
+  const std::string g = "memory/working_state";
+  file.group(g);
+  file.attr(g, "note",
+            std::string("with a working state kept in int8 (or fp8) a checkpoint is a plain slot "
+                        "copy of the same bytes: no quantization at donate, no dequantization at "
+                        "restore"));
+  std::vector<std::string> names;
+  std::vector<double> slot, per_gib, kv;
+  fmt::print(
+      "memory: working state in a format (A = {}, C = {} slots of that format; a checkpoint is a "
+      "plain slot copy):\n",
+      b.active.slots, b.checkpoint.slots);
+  fmt::print("memory:   {:<14} {:>14} {:>12} {:>16}\n", "format", "B/slot", "slots/GiB",
+             "KV tok correct");
+  for (const WorkingStatePool& p : pools) {
+    names.push_back(p.format.name());
+    slot.push_back(p.slot_bytes), per_gib.push_back(p.slots_per_gib);
+    kv.push_back(static_cast<double>(p.kv_tokens));
+    summary.set("memory.working_state." + p.format.name() + ".slot_bytes", p.slot_bytes);
+    summary.set("memory.working_state." + p.format.name() + ".slots_per_gib", p.slots_per_gib);
+    summary.set("memory.working_state." + p.format.name() + ".kv_tokens_correct",
+                static_cast<double>(p.kv_tokens));
+    fmt::print("memory:   {:<14} {:>14.0f} {:>12.1f} {:>16}\n", p.format.name(), p.slot_bytes,
+               p.slots_per_gib, p.kv_tokens);
+  }
+  file.write_strings(g + "/formats", names, "working-state formats, in the order of the arrays");
+  const std::vector<size_t> n{pools.size()};
+  file.write(g + "/slot_bytes", slot, n, "bytes",
+             "one slot: temporal state in the format (values, scales, residual) + conv");
+  file.write(g + "/slots_per_gib", per_gib, n, "slots", "slots per 2^30 bytes");
+  file.write(g + "/kv_tokens_correct", kv, n, "tokens",
+             "KV budget with active and checkpoint pools of that format subtracted (slot 0 "
+             "included)");
 }
 
 void record_memory(const MemoryResult& r, H5Writer& file, Summary& summary) {
@@ -231,6 +304,7 @@ void record_memory(const MemoryResult& r, H5Writer& file, Summary& summary) {
   if (!not_computed.empty())
     file.write_strings(g + "/models_not_computed", not_computed,
                        "shipped models these options do not fit, with the reason");
+  record_working_state_pools(r.working_state, b, file, summary);
 }
 
 }  // namespace

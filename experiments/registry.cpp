@@ -101,13 +101,23 @@ std::vector<ExperimentEntry> make_registry() {
   kl.refuses = {{"drive", "kl runs the tiny language model on its evaluation text"}};
   kl.own_model = true;
 
+  ExperimentEntry inloop{"inloop",
+                         "working state kept in bf16, int8 or fp8 between tokens: error along "
+                         "time, tiny-model KL, decay sweep",
+                         run_inloop,
+                         true,
+                         false,
+                         K::state_numerics};
+  inloop.reads = {"seed", "threads", "quick"};
+  inloop.refuses = {{"drive", "inloop runs the drives seed-kda, init-kda, init-gdn and tinylm itself"}};
+
   ExperimentEntry bench{
       "bench",   "speed of the reference, codecs and kernels against measured copy bandwidth",
       run_bench, true,
       true,      K::state_numerics};
   bench.reads = join({{"seed", "quick"}, dtypes});
 
-  return {codec, chain, memory, capacity, firecount, replay, kl, bench};
+  return {codec, chain, memory, capacity, firecount, replay, kl, inloop, bench};
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 
 Reads HDF5 with h5py and draws with matplotlib (Debian's /usr/bin/python3 with
 python3-matplotlib and python3-h5py; see scripts/setup.sh). Each experiment group in a file
-(codec, chain, memory, capacity, firecount, replay, kl, bench) has one plotting function below;
+(codec, chain, memory, capacity, firecount, replay, kl, inloop, bench) has one plotting function below;
 groups a file does not hold are skipped. Axes carry labels and units.
 """
 import argparse
@@ -298,6 +298,72 @@ def plot_replay(f, out):
     return [_save(fig, out, "replay_hit_rate_over_time.png")]
 
 
+def plot_inloop(f, out):
+    """Working-state formats (experiments/inloop.cpp): state error along time per drive with the
+    contraction model, the tiny LM's KL along the text, and the decay sweep."""
+    g = f["inloop"]
+    names = _strings(g["formats"])
+    floor = 1e-12  # fp32 is exactly 0: drawn at the floor of the log axis
+    paths = []
+    for drive in ("seed-kda", "init-kda", "init-gdn", "tinylm"):
+        if drive not in g:
+            continue
+        d = g[drive]
+        cps = d["checkpoints"][()]
+        st, model = d["state_relerr"][()], d["model_relerr"][()]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for i, n in enumerate(names):
+            if n == "fp32":
+                continue
+            line, = ax.plot(cps, np.maximum(st[i], floor), "-", label=n, lw=1.2)
+            ax.plot(cps, np.maximum(model[i], floor), ":", color=line.get_color(), lw=1)
+        ax.plot(cps, np.maximum(d["checkpoint_int8_relerr"][()], floor), "k--", lw=1,
+                label="one int8 checkpoint")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens t (log scale)")
+        ax.set_ylabel("||S_F - S_fp32|| / ||S_fp32|| (log scale)")
+        ax.set_title(f"working-state error along time, {drive} ({_attr(d, 'model')}); dotted: "
+                     "contraction model")
+        ax.legend(fontsize=7, ncol=2)
+        paths.append(_save(fig, out, f"inloop_state_vs_time_{drive}.png"))
+    if "tinylm_kl" in g:
+        k = g["tinylm_kl"]
+        bins = k["position_bins"][()]
+        kl = k["kl_mean_bin"][()]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for i, n in enumerate(names):
+            if n == "fp32":
+                continue
+            ax.plot(bins, np.maximum(kl[i], floor), "o-", ms=3, label=n)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("position in the held-out text (bytes, bin upper end, log scale)")
+        ax.set_ylabel("mean KL(p_fp32 || p_F) in the bin (nats, log scale)")
+        ax.set_title("tiny LM with a working-state format: KL along the text")
+        ax.legend(fontsize=7, ncol=2)
+        paths.append(_save(fig, out, "inloop_kl_vs_position.png"))
+    if "decay_sweep" in g:
+        w = g["decay_sweep"]
+        dec = -w["log_decay"][()]
+        st, model = w["state_relerr"][()], w["model_relerr"][()]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for i, n in enumerate(names):
+            if n == "fp32":
+                continue
+            line, = ax.plot(dec, np.maximum(st[i], floor), "o-", ms=3, label=n)
+            ax.plot(dec, np.maximum(model[i], floor), ":", color=line.get_color(), lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("decay strength -g per token (log scale)")
+        ax.set_ylabel("state relerr at the last token (log scale)")
+        ax.set_title(f"decay sweep ({_attr(w, 'tokens')} tokens, init-gdn); dotted: contraction "
+                     "model")
+        ax.legend(fontsize=7, ncol=2)
+        paths.append(_save(fig, out, "inloop_decay_sweep.png"))
+    return paths
+
+
 PLOTTERS = [
     ("codec", plot_codec),
     ("chain", plot_chain),
@@ -306,6 +372,7 @@ PLOTTERS = [
     ("firecount", plot_firecount),
     ("replay", plot_replay),
     ("kl", plot_kl),
+    ("inloop", plot_inloop),
 ]
 
 

@@ -141,7 +141,7 @@ TEST(CpuBackends, LayerRecurrenceRunsTheBackend) {
   std::vector<float> o_ref(static_cast<size_t>(17) * s.HV * s.dv), o(o_ref.size());
   gated_delta_layer_fp32(s, in, 0, 17, S_ref.data(), o_ref.data(), Dtype::bf16);
   const auto backend = cpu_fp32_backend(Dtype::bf16);
-  layer_recurrence(*backend)(s, in, S.data(), o.data());
+  layer_recurrence(*backend)(0, s, in, S.data(), o.data());
   EXPECT_TRUE(same_bits(S, S_ref));
   EXPECT_TRUE(same_bits(o, o_ref));
 }

@@ -336,14 +336,14 @@ TEST(TinyLM, RecurrenceHookReplacesTheReference) {
   const std::vector<float> ref = m.forward(tok.data(), int(tok.size()), a, bf16);
   int calls = 0;
   ForwardOptions hook;
-  hook.recurrence = [&](const RecurrenceShape& s, const LayerInputs& in, float* S, float* o) {
+  hook.recurrence = [&](int, const RecurrenceShape& s, const LayerInputs& in, float* S, float* o) {
     ++calls;
     gated_delta_layer_fp32(s, in, 0, in.T, S, o, Dtype::bf16);
   };
   EXPECT_EQ(m.forward(tok.data(), int(tok.size()), b, hook), ref);
   EXPECT_EQ(calls, c.num_layers);
   ForwardOptions silent;
-  silent.recurrence = [](const RecurrenceShape& s, const LayerInputs& in, float*, float* o) {
+  silent.recurrence = [](int, const RecurrenceShape& s, const LayerInputs& in, float*, float* o) {
     std::fill(o, o + size_t(in.T) * s.HV * s.dv, 0.0f);
   };
   EXPECT_NE(m.forward(tok.data(), int(tok.size()), z, silent), ref);

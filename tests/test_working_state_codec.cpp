@@ -246,3 +246,33 @@ TEST(WsStoreColumn, StochasticHeadIsReproducibleAndKeyed) {
     EXPECT_NE(a, c) << static_cast<int>(k);  // another token draws other words
   }
 }
+
+// The row-order store (the CPU reference's) gives the column store's result bit for bit, for
+// every format, on an awkward head (d_v = 60, d_k = 7: Philox blocks straddle rows), including a
+// zero column and the carried int4 residual.
+TEST(WsStoreColumn, RowOrderEqualsColumnOrderEveryFormat) {
+  const int dv = 60, dk = 7;
+  Rng rng(21);
+  std::vector<float> S(dv * dk), e0(dv * dk);
+  for (size_t n = 0; n < S.size(); ++n) {
+    S[n] = (n % dk == 3) ? 0.0f : static_cast<float>(0.05 * rng.normal());
+    e0[n] = (n % dk == 3) ? 0.0f : static_cast<float>(1e-4 * rng.normal());
+  }
+  std::vector<float> scratch(2 * dk);
+  for (const WorkingStateFormat& f : all_working_state_formats())
+    for (bool bf16_scale : {false, true}) {
+      WorkingStateFormat g = f;
+      g.bf16_scale = bf16_scale && f.has_scales();
+      std::vector<float> a = S, b = S, ea = e0, eb = e0;
+      const RoundingPlace place{rounding_key(3, 1, 2), 17, 4};
+      ws_store_head(g, a.data(), ea.data(), dv, dk, place);
+      ws_store_head_rows(g, b.data(), eb.data(), dv, dk, place, scratch.data(),
+                         scratch.data() + dk);
+      for (size_t n = 0; n < S.size(); ++n) {
+        ASSERT_EQ(ws_float_bits(a[n]), ws_float_bits(b[n])) << g.name() << " element " << n;
+        if (g.error_feedback()) {
+          ASSERT_EQ(ws_float_bits(ea[n]), ws_float_bits(eb[n])) << g.name();
+        }
+      }
+    }
+}

@@ -1,5 +1,6 @@
 // The CPU recurrence backends: the fp32 Eigen reference and the fp64 loop over host states.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/backend/recurrence_backend.h"
@@ -117,7 +118,77 @@ class CpuFp64Backend : public RecurrenceBackend {
   }
 };
 
+// A working-state run: states of T (float or double) plus their fp32 error-feedback residuals.
+template <typename T>
+class WorkingStateRunOf : public HostLayerRun<T> {
+ public:
+  WorkingStateRunOf(const RecurrenceShape& shape, const LayerInputs& in, int states,
+                    const WorkingStateRun& ws)
+      : HostLayerRun<T>(shape, in, states), ws_(ws) {
+    e_.assign(states, std::vector<float>(ws.format.error_feedback() ? this->size_ : 0, 0.0f));
+  }
+  void write(int s, const float* S_hvk) override {
+    HostLayerRun<T>::write(s, S_hvk);
+    std::fill(e_[s].begin(), e_[s].end(), 0.0f);
+  }
+  void copy(int dst, int src) override {
+    HostLayerRun<T>::copy(dst, src);
+    e_[dst] = e_[src];
+  }
+  void advance(int s, int t0, int t1, float* o) override {
+    check_state(s, this->states());
+    check_range(this->in_, t0, t1);
+    float* e = e_[s].empty() ? nullptr : e_[s].data();
+    if constexpr (std::is_same_v<T, float>) {
+      gated_delta_layer_fp32_ws(this->shape_, this->in_, t0, t1, this->S_[s].data(), e, o, ws_);
+    } else {
+      std::vector<double> o64(o ? static_cast<size_t>(t1 - t0) * this->shape_.HV * this->shape_.dv
+                                : 0);
+      gated_delta_layer_fp64_ws(this->shape_, this->in_, t0, t1, this->S_[s].data(), e,
+                                o ? o64.data() : nullptr, ws_);
+      for (size_t n = 0; n < o64.size(); ++n) o[n] = static_cast<float>(o64[n]);
+    }
+  }
+
+ private:
+  WorkingStateRun ws_;
+  std::vector<std::vector<float>> e_;
+};
+
+class CpuWorkingStateBackend : public RecurrenceBackend {
+ public:
+  CpuWorkingStateBackend(WorkingStateFormat format, uint64_t seed, bool fp64)
+      : format_(format), seed_(seed), fp64_(fp64) {}
+  std::string name() const override {
+    return std::string(fp64_ ? "cpu-fp64" : "cpu-fp32") + "-ws-" + format_.name();
+  }
+  int max_threads() const override { return 1 << 12; }
+  WorkingStateFormat working_state() const override { return format_; }
+  std::unique_ptr<LayerRun> bind(const RecurrenceShape& shape, const LayerInputs& in,
+                                 int states) const override {
+    return bind_at(shape, in, states, 0, 0);
+  }
+  std::unique_ptr<LayerRun> bind_at(const RecurrenceShape& shape, const LayerInputs& in, int states,
+                                    int layer, int sequence) const override {
+    if (layer < 0 || sequence < 0)
+      fail("{}: layer {} and sequence {} must be >= 0", name(), layer, sequence);
+    const WorkingStateRun ws{format_, seed_, layer, sequence};
+    if (fp64_) return std::make_unique<WorkingStateRunOf<double>>(shape, in, states, ws);
+    return std::make_unique<WorkingStateRunOf<float>>(shape, in, states, ws);
+  }
+
+ private:
+  WorkingStateFormat format_;
+  uint64_t seed_;
+  bool fp64_;
+};
+
 }  // namespace
+
+std::unique_ptr<RecurrenceBackend> cpu_working_state_backend(WorkingStateFormat format,
+                                                             uint64_t seed, bool fp64) {
+  return std::make_unique<CpuWorkingStateBackend>(format, seed, fp64);
+}
 
 std::unique_ptr<RecurrenceBackend> cpu_fp32_backend(Dtype storage) {
   return std::make_unique<CpuFp32Backend>(storage);
@@ -128,8 +199,9 @@ std::unique_ptr<RecurrenceBackend> cpu_fp64_backend() {
 }
 
 LayerRecurrenceFn layer_recurrence(const RecurrenceBackend& backend) {
-  return [&backend](const RecurrenceShape& shape, const LayerInputs& in, float* S, float* o) {
-    const std::unique_ptr<LayerRun> run = backend.bind(shape, in, 1);
+  return [&backend](int layer, const RecurrenceShape& shape, const LayerInputs& in, float* S,
+                    float* o) {
+    const std::unique_ptr<LayerRun> run = backend.bind_at(shape, in, 1, layer, 0);
     run->write(0, S);
     run->advance(0, 0, in.T, o);
     run->read(0, S);

@@ -18,7 +18,9 @@
 #include <string>
 
 #include "core/codec/codec.h"
+#include "core/recurrence/gated_delta.h"
 #include "core/state/layer_inputs.h"
+#include "core/working_state/format.h"
 
 namespace statecheck {
 
@@ -55,6 +57,17 @@ class RecurrenceBackend {
   // zeroed states. The backend keeps what it needs of `in`; `in` may go away afterwards.
   virtual std::unique_ptr<LayerRun> bind(const RecurrenceShape& shape, const LayerInputs& in,
                                          int states) const = 0;
+  // The working-state format its states are kept in between tokens (docs/working_state.md):
+  // fp32 for the plain backends. A backend with another format keys its stochastic roundings by
+  // the place given to bind_at.
+  virtual WorkingStateFormat working_state() const { return {}; }
+  // bind() for layer `layer` of sequence `sequence` of the run (the Philox key and counter of the
+  // working-state roundings); backends whose format draws no random numbers ignore the place.
+  virtual std::unique_ptr<LayerRun> bind_at(const RecurrenceShape& shape, const LayerInputs& in,
+                                            int states, int layer, int sequence) const {
+    (void)layer, (void)sequence;
+    return bind(shape, in, states);
+  }
 };
 
 // The fp32 reference (core/recurrence/gated_delta.h) with states kept in `storage` (fp32, or bf16
@@ -64,13 +77,24 @@ std::unique_ptr<RecurrenceBackend> cpu_fp32_backend(Dtype storage = Dtype::fp32)
 // codec round trip runs the CPU codec on the state rounded to fp32.
 std::unique_ptr<RecurrenceBackend> cpu_fp64_backend();
 
-// One layer's recurrence over all T tokens of `in` from S_hvk [HV, d_v, d_k] (updated in place),
-// writing o [T, HV, d_v]: the seam through which a model (core/tinylm) runs its layers.
-using LayerRecurrenceFn = std::function<void(const RecurrenceShape& shape, const LayerInputs& in,
-                                             float* S_hvk, float* o_thv)>;
+// A working-state backend on the CPU (docs/working_state.md): the fp32 reference (or, with
+// `fp64`, the fp64 loop) whose states are stored in `format` after every token
+// (gated_delta_layer_fp32_ws / _fp64_ws), keyed by `seed` and the place of bind_at (bind: layer
+// 0, sequence 0). Each state carries its error-feedback residual (zero after write(); copied by
+// copy()); write() takes a state as already stored, read() returns the stored state decoded;
+// roundtrip runs the CPU codec on it. Format fp32 is cpu_fp32_backend() (or cpu_fp64_backend())
+// bit for bit.
+std::unique_ptr<RecurrenceBackend> cpu_working_state_backend(WorkingStateFormat format,
+                                                             uint64_t seed, bool fp64 = false);
 
-// That function on `backend` (bind one state, write, advance over [0, T), read back). The
-// backend must outlive the function.
+// One layer's recurrence over all T tokens of `in` from S_hvk [HV, d_v, d_k] (updated in place),
+// writing o [T, HV, d_v]: the seam through which a model (core/tinylm) runs its layers. `layer`
+// is the layer's index in the model (it keys a working-state format's roundings).
+using LayerRecurrenceFn = std::function<void(int layer, const RecurrenceShape& shape,
+                                             const LayerInputs& in, float* S_hvk, float* o_thv)>;
+
+// That function on `backend` (bind_at one state at (layer, sequence 0), write, advance over
+// [0, T), read back). The backend must outlive the function.
 LayerRecurrenceFn layer_recurrence(const RecurrenceBackend& backend);
 
 }  // namespace statecheck

@@ -6,15 +6,38 @@
 
 #include "core/dtype/bf16.h"
 #include "core/util/error.h"
+#include "core/working_state/column_store.h"
 
 namespace statecheck {
 
 namespace {
 constexpr double kL2NormEps = 1e-6;
+
+// Refuses a non-finite state before it is stored in a working-state format (the scaled formats
+// would turn it into a column of garbage, as the checkpoint codecs would).
+template <typename T>
+void check_finite_before_store(const T* S, size_t n, const WorkingStateRun& ws, int head, int t) {
+  for (size_t e = 0; e < n; ++e)
+    if (!std::isfinite(S[e]))
+      fail("working state {}: non-finite state at layer {}, head {}, token {}, element {}",
+           ws.format.name(), ws.layer, head, t, e);
 }
 
-void gated_delta_head_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1,
-                           double* S, double* o) {
+// Stores head h's state after token t in the run's format (S_vk fp32, in place).
+void store_fp32(const WorkingStateRun& ws, const RecurrenceShape& s, int h, int t, float* S,
+                float* e) {
+  const size_t n = static_cast<size_t>(s.dv) * s.dk;
+  check_finite_before_store(S, n, ws, h, t);
+  const RoundingPlace place{
+      rounding_key(ws.seed, static_cast<uint32_t>(ws.layer), static_cast<uint32_t>(h)),
+      static_cast<uint32_t>(t), static_cast<uint32_t>(ws.sequence)};
+  thread_local std::vector<float> scratch;
+  scratch.resize(2 * static_cast<size_t>(s.dk));
+  ws_store_head_rows(ws.format, S, e, s.dv, s.dk, place, scratch.data(), scratch.data() + s.dk);
+}
+
+void head_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1, double* S,
+               double* o, const WorkingStateRun* ws, float* e) {
   const int dk = s.dk, dv = s.dv;
   const int kh = h / s.group();
   const double scale = s.effective_scale();
@@ -61,11 +84,17 @@ void gated_delta_head_fp64(const RecurrenceShape& s, const LayerInputs& in, int 
       }
       if (o) o[static_cast<size_t>(t - t0) * dv + i] = acc;
     }
+    if (ws && ws->format.kind != WorkingStateKind::fp32) {
+      const size_t n = static_cast<size_t>(dv) * dk;
+      std::vector<float> S32(S, S + n);
+      store_fp32(*ws, s, h, t, S32.data(), e);
+      std::copy(S32.begin(), S32.end(), S);
+    }
   }
 }
 
-void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1,
-                           float* S_ptr, float* o, Dtype storage) {
+void head_fp32(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1, float* S_ptr,
+               float* o, Dtype storage, const WorkingStateRun* ws, float* e) {
   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Vec = Eigen::Matrix<float, 1, Eigen::Dynamic>;
   if (storage != Dtype::fp32 && storage != Dtype::bf16)
@@ -95,7 +124,8 @@ void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int 
       decay = gt.array().exp();
     }
     // One pass per row (value channel) with the row in L1: decay, u_i = row . k, delta-rule write,
-    // readout. Same operation order as the four lines of docs/numerics.md, "The recurrence", element by element.
+    // readout. Same operation order as the four lines of docs/numerics.md, "The recurrence",
+    // element by element.
     for (int i = 0; i < dv; ++i) {
       auto row = S.row(i);
       if (scalar_gate)
@@ -111,7 +141,69 @@ void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int 
         for (int j = 0; j < dk; ++j) row[j] = round_to_bf16(row[j]);
       }
     }
+    if (ws && ws->format.kind != WorkingStateKind::fp32) store_fp32(*ws, s, h, t, S_ptr, e);
   }
+}
+
+}  // namespace
+
+void gated_delta_head_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1,
+                           double* S, double* o) {
+  head_fp64(s, in, h, t0, t1, S, o, nullptr, nullptr);
+}
+
+void gated_delta_head_fp32(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, int t1,
+                           float* S, float* o, Dtype storage) {
+  head_fp32(s, in, h, t0, t1, S, o, storage, nullptr, nullptr);
+}
+
+void gated_delta_head_fp32_ws(const RecurrenceShape& s, const LayerInputs& in, int h, int t0,
+                              int t1, float* S, float* e, float* o, const WorkingStateRun& ws) {
+  if (ws.format.error_feedback() && !e)
+    fail("working state {}: the error-feedback residual array is missing", ws.format.name());
+  head_fp32(s, in, h, t0, t1, S, o, Dtype::fp32, &ws, e);
+}
+
+void gated_delta_head_fp64_ws(const RecurrenceShape& s, const LayerInputs& in, int h, int t0,
+                              int t1, double* S, float* e, double* o, const WorkingStateRun& ws) {
+  if (ws.format.error_feedback() && !e)
+    fail("working state {}: the error-feedback residual array is missing", ws.format.name());
+  head_fp64(s, in, h, t0, t1, S, o, &ws, e);
+}
+
+namespace {
+
+// All heads of a layer through `head_fn(h, S_h, e_h, o_h)`, outputs scattered to [T, HV, d_v].
+template <typename T, typename HeadFn>
+void layer_of_heads(const RecurrenceShape& s, int t0, int t1, T* S, float* e, T* o,
+                    HeadFn head_fn) {
+  const size_t head = static_cast<size_t>(s.dv) * s.dk;
+  std::vector<T> o_head(o ? static_cast<size_t>(t1 - t0) * s.dv : 0);
+  for (int h = 0; h < s.HV; ++h) {
+    head_fn(h, S + h * head, e ? e + h * head : nullptr, o ? o_head.data() : nullptr);
+    if (o) {
+      for (int t = 0; t < t1 - t0; ++t)
+        for (int i = 0; i < s.dv; ++i)
+          o[(static_cast<size_t>(t) * s.HV + h) * s.dv + i] =
+              o_head[static_cast<size_t>(t) * s.dv + i];
+    }
+  }
+}
+
+}  // namespace
+
+void gated_delta_layer_fp32_ws(const RecurrenceShape& s, const LayerInputs& in, int t0, int t1,
+                               float* S, float* e, float* o, const WorkingStateRun& ws) {
+  layer_of_heads<float>(s, t0, t1, S, e, o, [&](int h, float* S_h, float* e_h, float* o_h) {
+    gated_delta_head_fp32_ws(s, in, h, t0, t1, S_h, e_h, o_h, ws);
+  });
+}
+
+void gated_delta_layer_fp64_ws(const RecurrenceShape& s, const LayerInputs& in, int t0, int t1,
+                               double* S, float* e, double* o, const WorkingStateRun& ws) {
+  layer_of_heads<double>(s, t0, t1, S, e, o, [&](int h, double* S_h, float* e_h, double* o_h) {
+    gated_delta_head_fp64_ws(s, in, h, t0, t1, S_h, e_h, o_h, ws);
+  });
 }
 
 void gated_delta_layer_fp32(const RecurrenceShape& s, const LayerInputs& in, int t0, int t1,

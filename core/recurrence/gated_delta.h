@@ -17,8 +17,11 @@
 // tokens (Dtype::bf16), so codec error and kernel error can be measured apart.
 #pragma once
 
+#include <cstdint>
+
 #include "core/dtype/dtype.h"
 #include "core/state/layer_inputs.h"
+#include "core/working_state/format.h"
 
 namespace statecheck {
 
@@ -39,6 +42,45 @@ void gated_delta_layer_fp32(const RecurrenceShape& shape, const LayerInputs& in,
                             float* S_hvk, float* o_thv, Dtype storage = Dtype::fp32);
 void gated_delta_layer_fp64(const RecurrenceShape& shape, const LayerInputs& in, int t0, int t1,
                             double* S_hvk, double* o_thv);
+
+// A working-state run (docs/working_state.md): after every token's fp32 (or fp64) update the
+// state is stored in `format` and the next token reads it back; the output of the token is read
+// from the update before storage. `seed`, `layer` and `sequence` key the stochastic roundings
+// (core/working_state/philox.h: key (seed, layer, head), counter (element, token, sequence));
+// the token index is the absolute position t of the bound inputs.
+struct WorkingStateRun {
+  WorkingStateFormat format;
+  uint64_t seed = 0;
+  int layer = 0;
+  int sequence = 0;
+};
+
+// The fp32 reference with a working-state format, one value head over tokens [t0, t1): S_vk
+// [d_v, d_k] holds the stored state (decoded, as the next token reads it) and is updated in place;
+// e_vk [d_v, d_k] is the error-feedback residual carried between tokens (read and written for
+// int8-ef and int8-ef-int4, ignored and may be null otherwise; start from zeros); o_tv as above.
+// Per token: the step of gated_delta_head_fp32 (the same operations in the same order), the
+// output, then ws_store_head (core/working_state/column_store.h). Format fp32 is bit for bit
+// gated_delta_head_fp32 with Dtype::fp32 storage, format bf16 with Dtype::bf16. A non-finite
+// state before storage is a statecheck::Error naming layer, head and token.
+void gated_delta_head_fp32_ws(const RecurrenceShape& shape, const LayerInputs& in, int head, int t0,
+                              int t1, float* S_vk, float* e_vk, float* o_tv,
+                              const WorkingStateRun& ws);
+
+// The fp64 loop with a working-state format: the step in fp64; for any format but fp32 the state
+// is rounded to fp32 after the step, stored through the same fp32 encode (ws_store_head) and
+// widened back, so the fp32 and fp64 implementations differ only by their steps. Format fp32
+// keeps the fp64 state unrounded (the plain fp64 loop, the ground truth). e_vk as above (fp32).
+void gated_delta_head_fp64_ws(const RecurrenceShape& shape, const LayerInputs& in, int head, int t0,
+                              int t1, double* S_vk, float* e_vk, double* o_tv,
+                              const WorkingStateRun& ws);
+
+// All heads of one layer: S_hvk and e_hvk [HV, d_v, d_k], o [t1 - t0, HV, d_v] if not null.
+void gated_delta_layer_fp32_ws(const RecurrenceShape& shape, const LayerInputs& in, int t0, int t1,
+                               float* S_hvk, float* e_hvk, float* o_thv, const WorkingStateRun& ws);
+void gated_delta_layer_fp64_ws(const RecurrenceShape& shape, const LayerInputs& in, int t0, int t1,
+                               double* S_hvk, float* e_hvk, double* o_thv,
+                               const WorkingStateRun& ws);
 
 // Flops the experiments count per value head and token: 6 * d_k * d_v (decay, S k, rank-1 update,
 // readout: about three multiply-adds per state element).

@@ -354,7 +354,7 @@ std::vector<float> TinyLM::forward(const uint8_t* tokens, int T, TinyLMState& st
 
     float* S = state.temporal.layer(l);
     if (opt.recurrence)
-      opt.recurrence(shape, in, S, o.data());
+      opt.recurrence(l, shape, in, S, o.data());
     else
       gated_delta_layer_fp32(shape, in, 0, T, S, o.data(), opt.storage);
     if (opt.layer_inputs) opt.layer_inputs->push_back(std::move(in));

@@ -131,4 +131,92 @@ WS_HD void ws_store_head(WorkingStateFormat f, float* S_vk, float* e_vk, int dv,
   for (int j = 0; j < dk; ++j) ws_store_column(f, S_vk, e_vk, dv, dk, j, place);
 }
 
+// The same result as ws_store_head, bit for bit, in row order: the column amaxes are gathered in
+// one pass over the rows (the maximum does not depend on the order), then every element is
+// encoded with its column's scale by the same element functions, and one Philox block serves
+// the four elements it numbers. This is the order a row-major CPU loop (or a kernel whose
+// threads own rows) wants; scratch_k and scratch2_k are caller arrays of d_k floats.
+WS_HD void ws_store_head_rows(WorkingStateFormat f, float* S_vk, float* e_vk, int dv, int dk,
+                              RoundingPlace place, float* scratch_k, float* scratch2_k) {
+  const WorkingStateKind k = f.kind;
+  if (k == WorkingStateKind::fp32) return;
+  const bool ef = k == WorkingStateKind::int8_ef || k == WorkingStateKind::int8_ef_int4;
+  const bool scaled = k != WorkingStateKind::bf16 && k != WorkingStateKind::bf16_sr;
+  const bool fp8 = k == WorkingStateKind::fp8_e4m3 || k == WorkingStateKind::fp8_e4m3_sr;
+  const bool sr = k == WorkingStateKind::bf16_sr || k == WorkingStateKind::int8_sr ||
+                  k == WorkingStateKind::fp8_e4m3_sr;
+  float* scale = scratch_k;
+  if (scaled) {
+    for (int j = 0; j < dk; ++j) scale[j] = 0.0f;
+    for (int i = 0; i < dv; ++i)
+      for (int j = 0; j < dk; ++j) {
+        float& x = S_vk[i * dk + j];
+        if (ef) x = ws_add(x, e_vk[i * dk + j]);
+        const float a = ws_bits_float(ws_float_bits(x) & 0x7FFFFFFFu);
+        scale[j] = a > scale[j] ? a : scale[j];
+      }
+    for (int j = 0; j < dk; ++j)
+      scale[j] = ws_column_scale(scale[j], fp8 ? 448.0f : 127.0f, f.bf16_scale);
+  }
+  uint32_t block_index = 0xFFFFFFFFu;
+  Philox4x32Counter block{0, 0, 0, 0};
+  for (int i = 0; i < dv; ++i)
+    for (int j = 0; j < dk; ++j) {
+      const uint32_t element = static_cast<uint32_t>(i * dk + j);
+      uint32_t r = 0;
+      if (sr) {
+        if (element / 4u != block_index) {
+          block_index = element / 4u;
+          block = philox4x32_10(rounding_counter(element, place.token, place.sequence), place.key);
+        }
+        r = philox_word(block, element % 4u);
+      }
+      float& x = S_vk[element];
+      switch (k) {
+        case WorkingStateKind::bf16:
+          x = ws_bf16_decode(ws_bf16_rne(x));
+          break;
+        case WorkingStateKind::bf16_sr:
+          x = ws_bf16_decode(ws_bf16_sr(x, r));
+          break;
+        case WorkingStateKind::int8:
+          x = ws_int_decode(ws_int8_rne(x, scale[j]), scale[j]);
+          break;
+        case WorkingStateKind::int8_sr:
+          x = ws_int_decode(ws_int8_sr(x, scale[j], r), scale[j]);
+          break;
+        case WorkingStateKind::fp8_e4m3:
+          x = ws_mul(ws_fp8_e4m3_decode(ws_fp8_e4m3_rne(ws_div(x, scale[j]))), scale[j]);
+          break;
+        case WorkingStateKind::fp8_e4m3_sr:
+          x = ws_mul(ws_fp8_e4m3_decode(ws_fp8_e4m3_sr(ws_div(x, scale[j]), r)), scale[j]);
+          break;
+        case WorkingStateKind::int8_ef:
+        case WorkingStateKind::int8_ef_int4: {
+          const float y = x;
+          x = ws_int_decode(ws_int8_rne(y, scale[j]), scale[j]);
+          e_vk[element] = ws_sub(y, x);
+          break;
+        }
+        case WorkingStateKind::fp32:
+          break;
+      }
+    }
+  if (k == WorkingStateKind::int8_ef_int4) {
+    float* rscale = scratch2_k;
+    for (int j = 0; j < dk; ++j) rscale[j] = 0.0f;
+    for (int i = 0; i < dv; ++i)
+      for (int j = 0; j < dk; ++j) {
+        const float a = ws_bits_float(ws_float_bits(e_vk[i * dk + j]) & 0x7FFFFFFFu);
+        rscale[j] = a > rscale[j] ? a : rscale[j];
+      }
+    for (int j = 0; j < dk; ++j) rscale[j] = ws_column_scale(rscale[j], 7.0f, f.bf16_scale);
+    for (int i = 0; i < dv; ++i)
+      for (int j = 0; j < dk; ++j) {
+        float& e = e_vk[i * dk + j];
+        e = ws_int_decode(ws_int4_rne(e, rscale[j]), rscale[j]);
+      }
+  }
+}
+
 }  // namespace statecheck
