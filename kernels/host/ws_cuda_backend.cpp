@@ -8,7 +8,6 @@
 #include "core/dtype/bf16.h"
 #include "core/util/error.h"
 #include "core/working_state/element_codec.h"
-#include "core/working_state/philox.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
 #include "kernels/host/layer_upload.h"
@@ -22,11 +21,12 @@ namespace {
 class WsLayerRun : public LayerRun {
  public:
   WsLayerRun(const RecurrenceShape& shape, const LayerInputs& in, int states, WorkingStateFormat f,
-             uint64_t seed, int layer)
+             uint64_t seed, int layer, int sequence)
       : shape_(shape),
         f_(f),
         seed_(seed),
         layer_(layer),
+        sequence_(sequence),
         states_(states),
         head_(static_cast<size_t>(shape.dv) * shape.dk),
         cb_(ws_code_bytes(f)),
@@ -38,7 +38,8 @@ class WsLayerRun : public LayerRun {
         cu_(2),
         pos_(1),
         seq_(1),
-        error_(4) {
+        error_(4),
+        pending_(std::max(states, 0)) {
     if (states < 1) fail("a layer run needs at least one state, got {}", states);
     codes_.fill_bytes(0);
     scales_.fill_bytes(0);
@@ -50,69 +51,18 @@ class WsLayerRun : public LayerRun {
 
   int states() const override { return states_; }
 
+  // The state as given; the next advance starts from it (init_state), as a state already stored.
   void write(int s, const float* S_hvk) override {
     check(s);
-    std::vector<uint8_t> codes(slot_codes()), scales(slot_scales());
-    const bool int8 = f_.kind == WorkingStateKind::int8 || f_.kind == WorkingStateKind::int8_sr;
-    for (int h = 0; h < shape_.HV; ++h) {
-      const float* S = S_hvk + h * head_;
-      const Philox4x32Key key =
-          rounding_key(seed_, static_cast<uint32_t>(layer_), static_cast<uint32_t>(h));
-      for (int j = 0; j < shape_.dk; ++j) {
-        float scale = 1.0f;
-        if (cb_ == 1) {
-          float amax = 0.0f;
-          for (int i = 0; i < shape_.dv; ++i) {
-            const float x = S[i * shape_.dk + j];
-            if (!(std::fabs(x) <= 3.40282347e38f))
-              fail("working-state write: non-finite state at head {}, row {}, column {}", h, i, j);
-            amax = std::max(amax, std::fabs(x));
-          }
-          scale = ws_column_scale(amax, int8 ? 127.0f : 448.0f, f_.bf16_scale);
-          uint8_t* out = scales.data() + (static_cast<size_t>(h) * shape_.dk + j) * sb_;
-          if (sb_ == 4) std::memcpy(out, &scale, 4);
-          if (sb_ == 2) {
-            const uint16_t bits = ws_bf16_rne(scale);
-            std::memcpy(out, &bits, 2);
-          }
-        }
-        for (int i = 0; i < shape_.dv; ++i) {
-          const uint32_t e = static_cast<uint32_t>(i * shape_.dk + j);
-          const float x = S[e];
-          const uint32_t r = f_.stochastic() ? rounding_word(key, e, 0, s) : 0u;
-          uint8_t* out = codes.data() + (h * head_ + e) * cb_;
-          switch (f_.kind) {
-            case WorkingStateKind::bf16:
-            case WorkingStateKind::bf16_sr: {
-              const uint16_t bits = f_.stochastic() ? ws_bf16_sr(x, r) : ws_bf16_rne(x);
-              std::memcpy(out, &bits, 2);
-              break;
-            }
-            case WorkingStateKind::int8:
-              *out = static_cast<uint8_t>(ws_int8_rne(x, scale));
-              break;
-            case WorkingStateKind::int8_sr:
-              *out = static_cast<uint8_t>(ws_int8_sr(x, scale, r));
-              break;
-            case WorkingStateKind::fp8_e4m3:
-              *out = ws_fp8_e4m3_rne(ws_div(x, scale));
-              break;
-            default:
-              *out = ws_fp8_e4m3_sr(ws_div(x, scale), r);
-              break;
-          }
-        }
-      }
-    }
-    STATECHECK_CUDA_CHECK(cudaMemcpy(codes_.data() + (s + 1) * slot_codes(), codes.data(),
-                                     codes.size(), cudaMemcpyHostToDevice));
-    if (sb_)
-      STATECHECK_CUDA_CHECK(cudaMemcpy(scales_.data() + (s + 1) * slot_scales(), scales.data(),
-                                       scales.size(), cudaMemcpyHostToDevice));
+    pending_[s].assign(S_hvk, S_hvk + shape_.HV * head_);
   }
 
   void read(int s, float* S_hvk) const override {
     check(s);
+    if (!pending_[s].empty()) {
+      std::copy(pending_[s].begin(), pending_[s].end(), S_hvk);
+      return;
+    }
     std::vector<uint8_t> codes(slot_codes()), scales(slot_scales());
     STATECHECK_CUDA_CHECK(cudaMemcpy(codes.data(), codes_.data() + (s + 1) * slot_codes(),
                                      codes.size(), cudaMemcpyDeviceToHost));
@@ -145,6 +95,8 @@ class WsLayerRun : public LayerRun {
     check(dst);
     check(src);
     if (dst == src) return;
+    pending_[dst] = pending_[src];
+    if (!pending_[src].empty()) return;
     ws_slot_copy(f_, shape_.HV, shape_.dk, shape_.dv, codes_.data(), sb_ ? scales_.data() : nullptr,
                  codes_.data(), sb_ ? scales_.data() : nullptr, slot_ids_.data() + src + 1,
                  slot_ids_.data() + dst + 1, 1);
@@ -158,7 +110,7 @@ class WsLayerRun : public LayerRun {
     const int32_t cu_host[2] = {0, t1 - t0};
     cu_.upload(std::vector<int32_t>(cu_host, cu_host + 2));
     pos_.upload(std::vector<int32_t>{t0});
-    seq_.upload(std::vector<int32_t>{s});
+    seq_.upload(std::vector<int32_t>{sequence_});
     const size_t outputs = static_cast<size_t>(t1 - t0) * shape_.HV * shape_.dv;
     DeviceBuffer<uint16_t> o(o_thv ? outputs : 0);
     o.fill_bytes(0xFF);
@@ -179,8 +131,14 @@ class WsLayerRun : public LayerRun {
     a.beta = in_.beta.data() + t * shape_.HV;
     a.o = o_thv ? o.data() : nullptr;
     a.error_info = error_.data();
+    DeviceBuffer<float> init;
+    if (!pending_[s].empty() && t1 > t0) {
+      init.upload(pending_[s]);
+      a.init_state = init.data();
+    }
     ws_decode(a);
     check_ws_decode_error(error_.data());
+    if (t1 > t0) pending_[s].clear();
     if (!o_thv) return;
     const std::vector<uint16_t> bits = o.download();
     for (size_t e = 0; e < outputs; ++e) o_thv[e] = float_from_bf16_bits(bits[e]);
@@ -204,39 +162,47 @@ class WsLayerRun : public LayerRun {
   WorkingStateFormat f_;
   uint64_t seed_;
   int layer_;
+  int sequence_;
   int states_;
   size_t head_;
   int cb_, sb_;
   DeviceLayerInputs in_;
   DeviceBuffer<uint8_t> codes_, scales_;
   DeviceBuffer<int32_t> slot_ids_, cu_, pos_, seq_, error_;
+  std::vector<std::vector<float>> pending_;  // [states]: a written fp32 state not yet advanced
 };
 
 class WsBackend : public RecurrenceBackend {
  public:
-  WsBackend(const WorkingStateFormat& f, uint64_t seed, int layer)
-      : f_(f), seed_(seed), layer_(layer) {}
-  std::string name() const override { return "cuda-ws-" + f_.name(); }
+  WsBackend(const WorkingStateFormat& f, uint64_t seed) : f_(f), seed_(seed) {}
+  std::string name() const override { return "cuda-" + f_.name(); }
   int max_threads() const override { return 1; }
+  WorkingStateFormat working_state() const override { return f_; }
   std::unique_ptr<LayerRun> bind(const RecurrenceShape& shape, const LayerInputs& in,
                                  int states) const override {
+    return bind_at(shape, in, states, 0, 0);
+  }
+  std::unique_ptr<LayerRun> bind_at(const RecurrenceShape& shape, const LayerInputs& in, int states,
+                                    int layer, int sequence) const override {
+    if (layer < 0 || layer >= 65536 || sequence < 0)
+      fail("{}: layer {} (0 .. 65535) and sequence {} (>= 0) out of range", name(), layer,
+           sequence);
     in.check(shape);
-    return std::make_unique<WsLayerRun>(shape, in, states, f_, seed_, layer_);
+    return std::make_unique<WsLayerRun>(shape, in, states, f_, seed_, layer, sequence);
   }
 
  private:
   WorkingStateFormat f_;
   uint64_t seed_;
-  int layer_;
 };
 
 }  // namespace
 
-std::unique_ptr<RecurrenceBackend> cuda_ws_backend(const WorkingStateFormat& format, uint64_t seed,
-                                                   int layer) {
+std::unique_ptr<RecurrenceBackend> cuda_ws_backend(const WorkingStateFormat& format,
+                                                   uint64_t seed) {
   if (!ws_decode_supports(format))
     fail("working-state backend: format '{}' has no CUDA kernel", format.name());
-  return std::make_unique<WsBackend>(format, seed, layer);
+  return std::make_unique<WsBackend>(format, seed);
 }
 
 }  // namespace statecheck::cuda

@@ -54,6 +54,7 @@ struct WsParams {
   const float* beta;
   uint16_t* o;
   int32_t* error_info;
+  const float* init_state;
 };
 
 __device__ __forceinline__ float bf16_value(uint32_t bits16) {
@@ -262,16 +263,30 @@ __global__ void __launch_bounds__(kBlockThreads, 2) ws_decode_kernel(WsParams p)
     }
   }
   float s[RPT][CPL];
+  if (p.init_state) {
+    // An fp32 state given for this launch (init_state): read as it is, not decoded.
+    const float* init = p.init_state + (static_cast<int64_t>(seq) * p.HV + h) * dv * dk;
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) {
-    uint32_t w[NW];
-    if (row_ok[r]) {
-      load_words<NW>(codes + (static_cast<int64_t>(rows[r]) * dk + j0) * EB, w);
-    } else {
+    for (int r = 0; r < RPT; ++r) {
+      if (row_ok[r]) {
+        load_f32<CPL>(init + static_cast<int64_t>(rows[r]) * dk + j0, s[r]);
+      } else {
 #pragma unroll
-      for (int c = 0; c < NW; ++c) w[c] = 0u;
+        for (int e = 0; e < CPL; ++e) s[r][e] = 0.0f;
+      }
     }
-    decode_chunk<ST, CPL>(w, sc, s[r]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      uint32_t w[NW];
+      if (row_ok[r]) {
+        load_words<NW>(codes + (static_cast<int64_t>(rows[r]) * dk + j0) * EB, w);
+      } else {
+#pragma unroll
+        for (int c = 0; c < NW; ++c) w[c] = 0u;
+      }
+      decode_chunk<ST, CPL>(w, sc, s[r]);
+    }
   }
 
   const Philox4x32Key key = rounding_key(p.seed, p.layer, static_cast<uint32_t>(h));
@@ -526,8 +541,9 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   need(a.v, "v");
   need(a.g, "g");
   need(a.beta, "beta");
-  if (!aligned16(a.codes) || (st != Store::bf16 && !aligned16(a.scales)))
-    fail("working-state decode: codes and scales must be 16-byte aligned");
+  if (!aligned16(a.codes) || (st != Store::bf16 && !aligned16(a.scales)) ||
+      !aligned16(a.init_state))
+    fail("working-state decode: codes, scales and init_state must be 16-byte aligned");
   WsParams p;
   p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
   p.qk_l2norm = a.qk_l2norm;
@@ -542,6 +558,7 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   p.seed = a.seed, p.layer = static_cast<uint32_t>(a.layer);
   p.q = a.q, p.k = a.k, p.v = a.v, p.g = a.g, p.beta = a.beta, p.o = a.o;
   p.error_info = a.error_info;
+  p.init_state = a.init_state;
   if (st == Store::bf16)
     launch_store<Store::bf16>(a, p, stream);
   else if (st == Store::int8)

@@ -32,6 +32,8 @@
 //   beta        [total_T, HV]                fp32
 //   o           [total_T, HV, d_v]           bf16 bits, RNE (may be null)
 //   error_info  [4]                          int32, device, zero before the launch (may be null)
+//   init_state  [num_seqs, HV, d_v, d_k]     fp32 initial states read instead of the slots (may be
+//                                            null; see WsDecodeArgs)
 // d_k in {32, 64, 128}, 1 <= d_v <= 512, HV % H == 0. A sequence without tokens keeps its slot bit
 // for bit; slots not listed are not touched. Duplicate slot ids are a caller error (they race).
 //
@@ -76,6 +78,10 @@ struct WsDecodeArgs {
   const float* beta = nullptr;
   uint16_t* o = nullptr;
   int32_t* error_info = nullptr;
+  // Optional [num_seqs, HV, d_v, d_k] fp32, 16-byte aligned: sequence s starts from
+  // init_state[s] as given instead of decoding its slot (a state written from outside the format,
+  // e.g. a prefill's fp32 result; its first token's update is then stored in the format as usual).
+  const float* init_state = nullptr;
 };
 
 // True for the formats ws_decode runs (see WsDecodeArgs::format).
@@ -84,7 +90,7 @@ bool ws_decode_supports(const WorkingStateFormat& f);
 // Launches the kernel on `stream`. Throws statecheck::Error, before any device work, on an
 // unsupported format, shapes outside the limits above (H, HV, d_v not positive, HV % H != 0, d_k
 // not 32, 64 or 128, d_v > 512), num_seqs or pool_slots negative, layer outside [0, 2^16), a null
-// required pointer (named), codes or scales not 16-byte aligned, or a launch failure.
+// required pointer (named), codes, scales or init_state not 16-byte aligned, or a launch failure.
 void ws_decode(const WsDecodeArgs& a, cudaStream_t stream = nullptr);
 
 // Reads error_info (synchronising `stream`) and throws statecheck::Error naming the sequence,

@@ -1,5 +1,6 @@
 #include "kernels/working_state/ws_decode_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -64,6 +65,9 @@ std::vector<WsRefusal> ws_decode_reference(HostWsBatch& b, std::vector<uint16_t>
       b.scale != 0.0f ? b.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
   const float cmax = is_int8(f) ? 127.0f : 448.0f;
   const bool sr = f.stochastic();
+  if (!b.init_state.empty() &&
+      b.init_state.size() != static_cast<size_t>(num_seqs) * b.HV * head_elems)
+    fail("ws reference: init_state needs num_seqs * HV * d_v * d_k values");
 
   std::vector<WsRefusal> refused;
   std::vector<float> S(head_elems), sc(dk), q(dk), k(dk), a(dk), amax(dk);
@@ -106,7 +110,12 @@ std::vector<WsRefusal> ws_decode_reference(HostWsBatch& b, std::vector<uint16_t>
           }
         }
       };
-      decode();
+      if (b.init_state.empty()) {
+        decode();
+      } else {
+        const float* init = b.init_state.data() + (static_cast<size_t>(n) * b.HV + h) * head_elems;
+        std::copy(init, init + head_elems, S.begin());
+      }
       const Philox4x32Key key =
           rounding_key(b.seed, static_cast<uint32_t>(b.layer), static_cast<uint32_t>(h));
       bool head_refused = false;

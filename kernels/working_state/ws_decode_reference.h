@@ -43,6 +43,7 @@ struct HostWsBatch {
   std::vector<int32_t> seq_index;   // [num_seqs] or empty (s)
   std::vector<uint16_t> q, k, v;    // bf16 bits, [total_T, H, d_k] / [total_T, HV, d_v]
   std::vector<float> g, beta;       // [total_T, HV (, d_k)] / [total_T, HV]
+  std::vector<float> init_state;    // [num_seqs, HV, d_v, d_k] fp32 or empty (WsDecodeArgs)
 };
 
 // A head the reference refused: sequence, value head, token offset within the launch.

@@ -400,6 +400,38 @@ TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
   EXPECT_NO_THROW(check_ws_decode_error(d.error_info.data()));  // cleared by the first check
 }
 
+TEST_F(WsDecodeDevice, StartsFromAGivenFp32State) {
+  // init_state: each sequence starts from an fp32 state as given (not decoded from its slot); the
+  // slot of a sequence without tokens stays as it was.
+  for (WorkingStateKind kind :
+       {WorkingStateKind::int8_sr, WorkingStateKind::fp8_e4m3, WorkingStateKind::bf16_sr}) {
+    Case c{"", 2, 2, 128, 100, GateKind::kda, kind, false, {2, 0, 1}};
+    HostWsBatch b = make_batch(c, 13);
+    const HostWsBatch before = b;
+    Rng rng(14);
+    b.init_state.resize(static_cast<size_t>(3) * c.HV * c.dv * c.dk);
+    for (auto& x : b.init_state) x = static_cast<float>(0.06 * rng.normal());
+    const int T = b.cu_seqlens.back();
+    const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
+    DeviceBatch d(b, o0);
+    Guarded<float> init(b.init_state);
+    WsDecodeArgs a = d.args(b);
+    a.init_state = init.data();
+    ws_decode(a);
+    STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o_ref = o0;
+    ASSERT_TRUE(ws_decode_reference(b, o_ref).empty());
+    EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << b.format.name();
+    EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << b.format.name();
+    EXPECT_EQ(first_difference(d.o.download(), o_ref), -1) << b.format.name();
+    const size_t sc = b.codes.size() / kSlots;
+    EXPECT_EQ(std::memcmp(b.codes.data() + b.slot_ids[1] * sc,
+                          before.codes.data() + b.slot_ids[1] * sc, sc),
+              0);
+    EXPECT_TRUE(d.guards_intact() && init.guard_intact());
+  }
+}
+
 TEST_F(WsDecodeDevice, SlotCopyMovesCodesAndScalesByteForByte) {
   for (bool bf16_scale : {false, true}) {
     Case c{"", 1, 3, 128, 100, GateKind::gdn, WorkingStateKind::int8, bf16_scale, {1}};
@@ -513,6 +545,100 @@ TEST(WsDecodeReference, OneTokenWithinHalfAStepOfTheFp64Loop) {
       std::printf("[ ws reference ] %s %s: %.1f%% of the bound used\n",
                   WorkingStateFormat{kind}.name().c_str(), gate == GateKind::kda ? "kda" : "gdn",
                   100.0 * worst);
+    }
+}
+
+// The kernel's reference against the CPU working-state reference of the recurrence
+// (gated_delta_head_fp32_ws, core/recurrence), which sums the same fp32 step in another order and
+// uses libm's exp, for one token from the same stored state with the same Philox keys and
+// counters. The two fp32 updates differ by a few ulp of the terms (the fp32 part of the bound
+// above, 1e-4 |S|max per element with a margin), so the two stored codes of an element are equal
+// or, where the updates straddle a rounding boundary, one step apart (and a column's scale may
+// differ in its last bits with its amax): |mine - theirs| <= one step + 1e-4 |S|max, the step
+// scale_j for int8 / int8-sr, 2^-3 |x| (or 2^-9 scale_j below the E4M3 normal range) for fp8,
+// 2^-7 |x| for bf16. Codes one step apart must be rare: at most 1% of the elements may differ by
+// more than a thousandth of a step (a column whose scale moved by an ulp differs in every element,
+// by ulps: that is not a different code).
+TEST(WsDecodeReference, OneTokenWithinOneStepOfTheRecurrenceReference) {
+  const WorkingStateKind kinds[] = {WorkingStateKind::int8,     WorkingStateKind::int8_sr,
+                                    WorkingStateKind::fp8_e4m3, WorkingStateKind::fp8_e4m3_sr,
+                                    WorkingStateKind::bf16,     WorkingStateKind::bf16_sr};
+  for (GateKind gate : {GateKind::gdn, GateKind::kda})
+    for (WorkingStateKind kind : kinds) {
+      Case c{"", 2, 4, 128, 128, gate, kind, false, {1}};
+      HostWsBatch b = make_batch(c, 98);
+      const WorkingStateFormat f = b.format;
+      const int cb = ws_code_bytes(f);
+      const bool int8 = kind == WorkingStateKind::int8 || kind == WorkingStateKind::int8_sr;
+      RecurrenceShape shape;
+      shape.H = c.H, shape.HV = c.HV, shape.dk = c.dk, shape.dv = c.dv, shape.gate = gate;
+      // The reference recurrence's token index is the position in its inputs: put the token at
+      // the batch's position.
+      const int pos = b.positions[0];
+      LayerInputs in = LayerInputs::zeros(shape, pos + 1);
+      const size_t qk = static_cast<size_t>(c.H) * c.dk, vv = static_cast<size_t>(c.HV) * c.dv;
+      const size_t gw = static_cast<size_t>(shape.gate_width());
+      for (size_t e = 0; e < qk; ++e) {
+        in.q[pos * qk + e] = float_from_bf16_bits(b.q[e]);
+        in.k[pos * qk + e] = float_from_bf16_bits(b.k[e]);
+      }
+      for (size_t e = 0; e < vv; ++e) in.v[pos * vv + e] = float_from_bf16_bits(b.v[e]);
+      for (size_t e = 0; e < gw; ++e) in.g[pos * gw + e] = b.g[e];
+      for (int e = 0; e < c.HV; ++e) in.beta[pos * c.HV + e] = b.beta[e];
+      const int slot = b.slot_ids[0];
+      const size_t head_elems = static_cast<size_t>(c.dv) * c.dk;
+      auto scale_of = [&](int h, int j) {
+        float s;
+        std::memcpy(&s, b.scales.data() + 4 * ((static_cast<size_t>(slot) * c.HV + h) * c.dk + j),
+                    4);
+        return s;
+      };
+      auto value_of = [&](int h, size_t e) -> float {
+        const size_t at = (static_cast<size_t>(slot) * c.HV + h) * head_elems + e;
+        if (cb == 2) {
+          uint16_t bits;
+          std::memcpy(&bits, b.codes.data() + 2 * at, 2);
+          return ws_bf16_decode(bits);
+        }
+        const float s = scale_of(h, static_cast<int>(e % c.dk));
+        return int8 ? ws_int_decode(static_cast<int8_t>(b.codes[at]), s)
+                    : ws_mul(ws_fp8_e4m3_decode(b.codes[at]), s);
+      };
+      const WorkingStateRun ws{f, b.seed, b.layer, b.seq_index[0]};
+      std::vector<std::vector<float>> theirs(c.HV, std::vector<float>(head_elems));
+      for (int h = 0; h < c.HV; ++h) {
+        for (size_t e = 0; e < head_elems; ++e) theirs[h][e] = value_of(h, e);
+        gated_delta_head_fp32_ws(shape, in, h, pos, pos + 1, theirs[h].data(), nullptr, nullptr,
+                                 ws);
+      }
+      std::vector<uint16_t> o(static_cast<size_t>(c.HV) * c.dv, 0xFFFF);
+      ASSERT_TRUE(ws_decode_reference(b, o).empty());
+      double worst = 0.0;
+      size_t differ = 0;
+      for (int h = 0; h < c.HV; ++h) {
+        double smax = 0.0;
+        for (float x : theirs[h]) smax = std::max(smax, std::fabs(static_cast<double>(x)));
+        for (size_t e = 0; e < head_elems; ++e) {
+          const double x = theirs[h][e], got = value_of(h, e);
+          const double s = cb == 1 ? scale_of(h, static_cast<int>(e % c.dk)) : 0.0;
+          double step;
+          if (cb == 2)
+            step = 0x1p-7 * std::fabs(x) * (1 + 1e-3);
+          else if (int8)
+            step = s * (1 + 1e-3);
+          else
+            step = std::max(0x1p-3 * std::fabs(x) * (1 + 1e-3), 0x1p-9 * s);
+          worst = std::max(worst, std::fabs(got - x) / (step + 1e-4 * smax));
+          differ += std::fabs(got - x) > 1e-3 * step;
+        }
+      }
+      const double fraction = static_cast<double>(differ) / (c.HV * head_elems);
+      EXPECT_LE(worst, 1.0) << f.name();
+      EXPECT_LE(fraction, 0.01) << f.name();
+      std::printf(
+          "[ ws reference vs recurrence ] %s %s: %.1f%% of the bound, %.3f%% of codes "
+          "differ\n",
+          f.name().c_str(), gate == GateKind::kda ? "kda" : "gdn", 100.0 * worst, 100.0 * fraction);
     }
 }
 
