@@ -411,11 +411,11 @@ TEST(Options, UnreadOptionNotesNameEveryReader) {
   EXPECT_TRUE(unread_option_notes("suite", {"trace", "strategy", "active-slots"}).empty());
   EXPECT_EQ(unread_option_notes("memory", {"seed", "threads", "quick"}),
             (std::vector<std::string>{
-                "--seed is not read by memory (it is read by codec, chain, bench, capacity and "
-                "firecount)",
-                "--threads is not read by memory (it is read by codec, chain and kl)",
-                "--quick is not read by memory (it is read by codec, chain, bench, capacity, "
-                "firecount, replay and kl)"}));
+                "--seed is not read by memory (it is read by codec, chain, inloop, bench, "
+                "capacity and firecount)",
+                "--threads is not read by memory (it is read by codec, chain, inloop and kl)",
+                "--quick is not read by memory (it is read by codec, chain, inloop, bench, "
+                "capacity, firecount, replay and kl)"}));
   EXPECT_TRUE(unread_option_notes("kl", {"threads", "quick"}).empty());
   EXPECT_EQ(unread_option_notes("kl", {"seed"}).size(), 1u);
 }
