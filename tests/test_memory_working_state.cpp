@@ -16,7 +16,7 @@ using namespace statecheck;
 TEST(MemoryWorkingState, SlotBytesByHandAndKvBudgetOrder) {
   const Options o = parse_command_line({"statecheck", "memory"}).options;
   const ModelConfig m = options_model(o);
-  test_support::TempDir tmp;
+  test_support::TempDir tmp("memory_working_state");
   Summary summary;
   {
     H5Writer file(tmp.file("memory.h5"));
