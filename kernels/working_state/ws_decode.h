@@ -34,8 +34,9 @@
 //   error_info  [4]                          int32, device, zero before the launch (may be null)
 //   init_state  [num_seqs, HV, d_v, d_k]     fp32 initial states read instead of the slots (may be
 //                                            null; see WsDecodeArgs)
-// d_k in {32, 64, 128}, 1 <= d_v <= 512, HV % H == 0. A sequence without tokens keeps its slot bit
-// for bit; slots not listed are not touched. Duplicate slot ids are a caller error (they race).
+// d_k in {32, 64, 128}, 1 <= d_v <= 128 (4 rows per thread, at most 256 threads), HV % H == 0. A
+// sequence without tokens keeps its slot bit for bit; slots not listed are not touched. Duplicate
+// slot ids are a caller error (they race).
 //
 // Non-finite values are refused, as the checkpoint codec's stores refuse them: when a token's
 // output or updated state of a head is not finite (a non-finite state always gives a non-finite
@@ -89,7 +90,7 @@ bool ws_decode_supports(const WorkingStateFormat& f);
 
 // Launches the kernel on `stream`. Throws statecheck::Error, before any device work, on an
 // unsupported format, shapes outside the limits above (H, HV, d_v not positive, HV % H != 0, d_k
-// not 32, 64 or 128, d_v > 512), num_seqs or pool_slots negative, layer outside [0, 2^16), a null
+// not 32, 64 or 128, d_v > 128), num_seqs or pool_slots negative, layer outside [0, 2^16), a null
 // required pointer (named), codes, scales or init_state not 16-byte aligned, or a launch failure.
 void ws_decode(const WsDecodeArgs& a, cudaStream_t stream = nullptr);
 
