@@ -8,7 +8,13 @@
      128 x 128, fp32 and bf16 active dtype).
   2. With --fla PATH (a local flash-linear-attention checkout): its fused_recurrent GDN and KDA
      kernels at decode batch {1, 32, 256} on the GDN (H 16, HV 32) and KDA (H = HV = 32) shapes.
-  3. With --statecheck-h5 FILE (the result of `statecheck bench --device cuda` run just before):
+  3. A working-state decode step written with PyTorch ops (the unfused pipeline: gather the
+     batch's slots, dequantize, the FLA-style fp32 step with q/k L2 norm, requantize with the
+     per-key-channel scale, scatter back) for int8, int8-sr, fp8_e4m3, fp8_e4m3-sr and bf16-sr
+     pools at decode batch {1, 32, 256} on the same GDN and KDA shapes; names match statecheck's
+     `decode_<shape>_ws_<format>_B<batch>` rows. The stochastic roundings draw torch.rand words
+     (the op count of the pipeline, not statecheck's Philox bits).
+  4. With --statecheck-h5 FILE (the result of `statecheck bench --device cuda` run just before):
      the matching statecheck rows side by side, with the speed-up over the PyTorch codec.
 
 Timing: CUDA events, L2 flushed by a 256 MB read before each repeat and again after the launch
@@ -217,6 +223,69 @@ def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
                             measure(run, repeats, flush), copy_gbps))
 
 
+def bench_ws_torch(dev, repeats, flush, copy_gbps, rows):
+    """Working-state decode as PyTorch ops; byte model of kernels/working_state/ws_decode.h."""
+    K = V = 128
+    for shape, H, HVx, kda in (("gdn_H16_HV32", 16, 32, False), ("kda_H32_HV32", 32, 32, True)):
+        for fmt in ("int8", "int8_sr", "fp8_e4m3", "fp8_e4m3_sr", "bf16_sr"):
+            sr = fmt.endswith("_sr")
+            base = fmt[:-3] if sr else fmt
+            for B in (1, 32, 256):
+                slots = B + 1
+                s0 = torch.randn(slots, HVx, V, K, device=dev) * 0.06
+                if base == "bf16":
+                    codes, scales = s0.bfloat16(), None
+                else:
+                    qmax = 127.0 if base == "int8" else 448.0
+                    scales = s0.abs().amax(dim=-2, keepdim=True) / qmax
+                    y = s0 / scales
+                    codes = torch.round(y).clamp(-127, 127).to(torch.int8) if base == "int8" \
+                        else y.to(torch.float8_e4m3fn)
+                q = (torch.randn(B, H, K, device=dev) * 0.5).bfloat16()
+                k = (torch.randn(B, H, K, device=dev) * 0.5).bfloat16()
+                v = (torch.randn(B, HVx, V, device=dev) * 0.5).bfloat16()
+                beta = torch.rand(B, HVx, device=dev)
+                g = -torch.rand(B, HVx, K, device=dev) * 0.1 - 0.005 if kda else -torch.rand(B, HVx, device=dev) * 0.1
+                idx = torch.randperm(B, device=dev) + 1
+                rep = HVx // H
+
+                def step():
+                    S = codes[idx].float() if scales is None else codes[idx].float() * scales[idx]
+                    qf, kf = q.float(), k.float()
+                    qf = qf / torch.sqrt((qf * qf).sum(-1, keepdim=True) + 1e-6) * K ** -0.5
+                    kf = kf / torch.sqrt((kf * kf).sum(-1, keepdim=True) + 1e-6)
+                    qf, kf = qf.repeat_interleave(rep, dim=1), kf.repeat_interleave(rep, dim=1)
+                    S = S * (torch.exp(g)[:, :, None, :] if kda else torch.exp(g)[:, :, None, None])
+                    u = torch.einsum("bhvk,bhk->bhv", S, kf)
+                    S = S + (beta[..., None] * (v.float() - u))[..., None] * kf[:, :, None, :]
+                    o = torch.einsum("bhvk,bhk->bhv", S, qf).bfloat16()
+                    if base == "bf16":
+                        bits = S.view(torch.int32)
+                        if sr:
+                            bits = bits + torch.randint(0, 1 << 16, bits.shape, device=dev, dtype=torch.int32)
+                        codes[idx] = (bits & -65536).view(torch.float32).bfloat16()
+                        return o
+                    amax = S.abs().amax(dim=-2, keepdim=True)
+                    sc = torch.where(amax == 0, torch.ones_like(amax), amax.clamp(min=1e-8) / qmax)
+                    y = S / sc
+                    if base == "int8":
+                        y = torch.floor(y + torch.rand_like(y)) if sr else torch.round(y)
+                        codes[idx] = y.clamp(-127, 127).to(torch.int8)
+                    else:
+                        if sr:  # noise of the E4M3 gap at |y| (3 mantissa bits), then round
+                            gap = torch.exp2(torch.floor(torch.log2(y.abs().clamp(min=2.0 ** -6))) - 3)
+                            y = y + (torch.rand_like(y) - 0.5) * gap
+                        codes[idx] = y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+                    scales[idx] = sc
+                    return o
+
+                state = HVx * V * K * (2 if base == "bf16" else 1) + (0 if base == "bf16" else 4 * HVx * K)
+                per_token = 2 * (2 * H * K + HVx * V) + 4 * (HVx * K if kda else HVx) + 4 * HVx + 2 * HVx * V
+                nbytes = 2.0 * B * state + per_token * B + 4 * (4 * B + 1)
+                rows.append(row("torch_ops", f"decode_{shape}_ws_{fmt}_B{B}", nbytes,
+                                measure(step, repeats, flush), copy_gbps))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fla", help="path of a flash-linear-attention checkout (optional)")
@@ -234,6 +303,7 @@ def main():
     copy_gbps = 2 * src.numel() / (copy_ms * 1e-3) / 1e9
     rows = []
     bench_codec(dev, args.repeats, flush, copy_gbps, rows)
+    bench_ws_torch(dev, args.repeats, flush, copy_gbps, rows)
     if args.fla:
         bench_fla(args.fla, dev, args.repeats, flush, copy_gbps, rows)
     ours = {}

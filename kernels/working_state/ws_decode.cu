@@ -1,0 +1,631 @@
+// The working-state decode kernel (ws_decode.h) and the working-slot copy, with their launchers.
+// Layout: one block per (sequence, value head) holds the whole head in registers, because the
+// per-key-channel scale is the amax of a column over all d_v rows. 8 lanes share a state row, each
+// owning CPL = d_k / 8 consecutive key channels (one 16-byte load of int8 / E4M3 codes at d_k =
+// 128), so a warp reads four whole rows per access; a thread holds 4 rows (rows rg + 32 r of
+// row group rg for the 256 threads of d_v = 128). Row sums are 3-step butterflies over the 8 lanes;
+// the column amax is a 2-step butterfly over the warp's row groups, then one thread per column
+// reduces the warps' partial maxima from shared memory and forms the scale once. Two barriers per
+// token; the shared arrays are double-buffered across tokens, so no third is needed. The order of
+// every fp32 rounding is written out in ws_decode_reference.h, which repeats it on the host.
+#include "kernels/working_state/ws_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "core/util/error.h"
+#include "core/working_state/element_codec.h"
+#include "core/working_state/philox.h"
+#include "kernels/codec/rounding.cuh"
+#include "kernels/common/cuda_check.h"
+#include "kernels/working_state/ws_step_math.h"
+
+namespace statecheck::cuda {
+namespace {
+
+constexpr int kLanesPerRow = 8;
+constexpr int kRowsPerThread = 4;
+constexpr int kBlockThreads = 256;  // the largest block: d_v = 128
+constexpr int kMaxDv = kBlockThreads / kLanesPerRow * kRowsPerThread;
+
+enum class Store { bf16, int8, fp8 };
+
+struct WsParams {
+  int H, HV, dk, dv;
+  bool qk_l2norm, sr, bf16_scale;
+  float scale;
+  uint8_t* codes;
+  void* scales;
+  const int32_t* slot_ids;
+  const int32_t* cu;
+  const int32_t* positions;
+  const int32_t* seq_index;
+  uint64_t seed;
+  uint32_t layer;
+  const uint16_t* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  const float* g;
+  const float* beta;
+  uint16_t* o;
+  int32_t* error_info;
+  const float* init_state;
+};
+
+__device__ __forceinline__ float bf16_value(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
+}
+
+// N consecutive 32-bit words at p (4 * N bytes, aligned to min(16, 4 * N)).
+template <int N>
+__device__ __forceinline__ void load_words(const void* p, uint32_t (&w)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < N / 4; ++c) {
+      const uint4 x = reinterpret_cast<const uint4*>(p)[c];
+      w[4 * c] = x.x, w[4 * c + 1] = x.y, w[4 * c + 2] = x.z, w[4 * c + 3] = x.w;
+    }
+  } else if constexpr (N == 2) {
+    const uint2 x = *reinterpret_cast<const uint2*>(p);
+    w[0] = x.x, w[1] = x.y;
+  } else {
+    static_assert(N == 1, "1, 2 or a multiple of 4 words");
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void store_words(void* p, const uint32_t (&w)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < N / 4; ++c)
+      reinterpret_cast<uint4*>(p)[c] =
+          make_uint4(w[4 * c], w[4 * c + 1], w[4 * c + 2], w[4 * c + 3]);
+  } else if constexpr (N == 2) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  } else {
+    *reinterpret_cast<uint32_t*>(p) = w[0];
+  }
+}
+
+// N (a multiple of 4) consecutive bf16 values at p as fp32 (exact).
+template <int N>
+__device__ __forceinline__ void load_bf16(const uint16_t* p, float (&out)[N]) {
+  uint32_t w[N / 2];
+  load_words<N / 2>(p, w);
+#pragma unroll
+  for (int c = 0; c < N / 2; ++c) {
+    out[2 * c] = __uint_as_float(w[c] << 16);
+    out[2 * c + 1] = __uint_as_float(w[c] & 0xFFFF0000u);
+  }
+}
+
+// N (a multiple of 4) consecutive fp32 values at p (16-byte aligned).
+template <int N>
+__device__ __forceinline__ void load_f32(const float* p, float (&out)[N]) {
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) {
+    const float4 x = reinterpret_cast<const float4*>(p)[c];
+    out[4 * c] = x.x, out[4 * c + 1] = x.y, out[4 * c + 2] = x.z, out[4 * c + 3] = x.w;
+  }
+}
+
+// Sum over the 8 lanes of a row (lanes differing in their low 3 bits): every lane gets
+// ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)), x_l the value of the row's lane l.
+__device__ __forceinline__ float row_sum(float x) {
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 4));
+  return x;
+}
+
+// Codes of CPL elements in the store's packing: 4 int8 / E4M3 codes or 2 bf16 values per word.
+template <Store ST, int CPL>
+struct Packed {
+  static constexpr int kWords = ST == Store::bf16 ? CPL / 2 : CPL / 4;
+};
+
+// Element e of a packed chunk as fp32: code * scale (int8: the code made exact by the
+// magic-number trick, no conversion unit), E4M3 * scale (exact conversion through half), or the
+// bf16 value. Equal to ws_int_decode / ws_fp8_e4m3_decode(c) * s / ws_bf16_decode.
+template <Store ST, int CPL>
+__device__ __forceinline__ void decode_chunk(const uint32_t (&w)[Packed<ST, CPL>::kWords],
+                                             const float (&s)[CPL], float (&x)[CPL]) {
+  if constexpr (ST == Store::bf16) {
+#pragma unroll
+    for (int c = 0; c < CPL / 2; ++c) {
+      x[2 * c] = __uint_as_float(w[c] << 16);
+      x[2 * c + 1] = __uint_as_float(w[c] & 0xFFFF0000u);
+    }
+  } else if constexpr (ST == Store::int8) {
+#pragma unroll
+    for (int c = 0; c < CPL / 4; ++c) {
+      const uint32_t biased = w[c] ^ 0x80808080u;  // code + 128 in each byte
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float code = __fsub_rn(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u | e)),
+                                     8388736.0f);  // (2^23 + code + 128) - (2^23 + 128)
+        x[4 * c + e] = __fmul_rn(code, s[4 * c + e]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < CPL / 4; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(w[c] >> (16 * h)), __NV_E4M3);
+        const float2 f = __half22float2(__half2(r));
+        x[4 * c + 2 * h] = __fmul_rn(f.x, s[4 * c + 2 * h]);
+        x[4 * c + 2 * h + 1] = __fmul_rn(f.y, s[4 * c + 2 * h + 1]);
+      }
+  }
+}
+
+__device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
+}
+
+// Encodes CPL elements x of one row chunk starting at element index `element` (a multiple of 4)
+// with column scales s (and reciprocals inv = 1 / s) into packed codes, as the element codecs
+// of element_codec.h: RNE int8 and E4M3 the cheap way of kernels/codec/rounding.cuh (proved there
+// to give the division's code for amax-derived scales) with the division where it cannot decide;
+// stochastic roundings by the element codec itself, with the Philox words of the chunk.
+template <Store ST, int CPL, bool SR>
+__device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)[CPL],
+                                             const float (&s)[CPL], const float (&inv)[CPL],
+                                             Philox4x32Key key, uint32_t element, uint32_t pos,
+                                             uint32_t seq, uint32_t (&w)[Packed<ST, CPL>::kWords]) {
+  if constexpr (SR) {
+#pragma unroll
+    for (int c = 0; c < CPL / 4; ++c) {
+      const Philox4x32Counter r = philox4x32_10(rounding_counter(element + 4u * c, pos, seq), key);
+      const uint32_t rw[4] = {r.c0, r.c1, r.c2, r.c3};
+      if constexpr (ST == Store::bf16) {
+        w[2 * c] = ws_bf16_sr(x[4 * c], rw[0]) | (uint32_t{ws_bf16_sr(x[4 * c + 1], rw[1])} << 16);
+        w[2 * c + 1] =
+            ws_bf16_sr(x[4 * c + 2], rw[2]) | (uint32_t{ws_bf16_sr(x[4 * c + 3], rw[3])} << 16);
+      } else {
+        uint32_t b[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = 4 * c + e;
+          if constexpr (ST == Store::int8)
+            b[e] = static_cast<uint8_t>(ws_int8_sr(x[j], s[j], rw[e]));
+          else
+            b[e] = ws_fp8_e4m3_sr(ws_div(x[j], s[j]), rw[e]);
+        }
+        w[c] = pack4(b[0], b[1], b[2], b[3]);
+      }
+    }
+    return;
+  }
+  if constexpr (ST == Store::bf16) {
+#pragma unroll
+    for (int c = 0; c < CPL / 2; ++c)
+      w[c] = ws_bf16_rne(x[2 * c]) | (uint32_t{ws_bf16_rne(x[2 * c + 1])} << 16);
+  } else {
+    constexpr Kind K = ST == Store::int8 ? Kind::int8 : Kind::fp8;
+    Fp8Bracket br[CPL];  // read by the fp8 encode only (dead code for int8)
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) br[e] = fp8_bracket(inv[e]);
+    uint32_t q[CPL];
+    encode_row<K, CPL>(x, s, inv, br, q);
+#pragma unroll
+    for (int c = 0; c < CPL / 4; ++c)
+      w[c] = pack4(q[4 * c], q[4 * c + 1], q[4 * c + 2], q[4 * c + 3]);
+  }
+}
+
+template <Store ST, int CPL, bool KDA, bool SR>
+__global__ void __launch_bounds__(kBlockThreads, 2) ws_decode_kernel(WsParams p) {
+  constexpr int RPT = kRowsPerThread;
+  constexpr int NW = Packed<ST, CPL>::kWords;
+  constexpr int EB = ST == Store::bf16 ? 2 : 1;  // bytes per element
+  constexpr bool kScaled = ST != Store::bf16;
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  if (t0 >= t1) return;  // uniform over the block: no barrier is skipped by part of it
+  const int dk = p.dk, dv = p.dv;
+  const int sub = threadIdx.x & 7, rg = threadIdx.x >> 3;
+  const int nrg = blockDim.x >> 3;
+  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int j0 = sub * CPL;
+  const int kh = h / (p.HV / p.H);
+  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
+  uint8_t* codes = p.codes + head * dv * dk * EB;
+  int rows[RPT];
+  bool row_ok[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    rows[r] = rg + nrg * r;
+    row_ok[r] = rows[r] < dv;
+  }
+  extern __shared__ __align__(16) float smem[];
+  float* sm_amax = smem;                     // [2][nwarps][dk]
+  float* sm_scale = smem + 2 * nwarps * dk;  // [2][dk]
+  float* sm_inv = sm_scale + 2 * dk;         // [2][dk]
+
+  // The stored state, decoded.
+  float sc[CPL], inv[CPL];  // this lane's column scales and their reciprocals (scaled formats)
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) sc[e] = inv[e] = 1.0f;
+  if constexpr (kScaled) {
+    if (p.bf16_scale) {
+      load_bf16<CPL>(reinterpret_cast<const uint16_t*>(p.scales) + head * dk + j0, sc);
+    } else {
+      load_f32<CPL>(reinterpret_cast<const float*>(p.scales) + head * dk + j0, sc);
+    }
+  }
+  float s[RPT][CPL];
+  if (p.init_state) {
+    // An fp32 state given for this launch (init_state): read as it is, not decoded.
+    const float* init = p.init_state + (static_cast<int64_t>(seq) * p.HV + h) * dv * dk;
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      if (row_ok[r]) {
+        load_f32<CPL>(init + static_cast<int64_t>(rows[r]) * dk + j0, s[r]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < CPL; ++e) s[r][e] = 0.0f;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      uint32_t w[NW];
+      if (row_ok[r]) {
+        load_words<NW>(codes + (static_cast<int64_t>(rows[r]) * dk + j0) * EB, w);
+      } else {
+#pragma unroll
+        for (int c = 0; c < NW; ++c) w[c] = 0u;
+      }
+      decode_chunk<ST, CPL>(w, sc, s[r]);
+    }
+  }
+
+  const Philox4x32Key key = rounding_key(p.seed, p.layer, static_cast<uint32_t>(h));
+  const uint32_t pos0 = p.positions ? static_cast<uint32_t>(p.positions[seq]) : 0u;
+  const uint32_t seq_id = p.seq_index ? static_cast<uint32_t>(p.seq_index[seq]) : uint32_t(seq);
+  const float cmax = ST == Store::int8 ? 127.0f : 448.0f;
+  bool bad = false;
+  for (int t = t0; t < t1; ++t) {
+    const int buf = (t - t0) & 1;
+    // Token inputs: this lane's key channels of q, k (and KDA's g), the rows' v, beta.
+    float q[CPL], kk[CPL], a[KDA ? CPL : 1];
+    load_bf16<CPL>(p.q + (static_cast<int64_t>(t) * p.H + kh) * dk + j0, q);
+    load_bf16<CPL>(p.k + (static_cast<int64_t>(t) * p.H + kh) * dk + j0, kk);
+    constexpr int kQuarter = CPL / 4;  // KDA: gates each of a warp's 4 row groups exponentiates
+    [[maybe_unused]] float g_mine[kQuarter];
+    if constexpr (KDA) {
+      // The 4 row groups of a warp share the lane's key channels: row group w = (lane >> 3) & 3
+      // loads and exponentiates channels j0 + w kQuarter .. + kQuarter, and the rest arrive by
+      // shuffles below (a quarter of the exponentials; the same values in every lane).
+      const float* gt = p.g + (static_cast<int64_t>(t) * p.HV + h) * dk + j0 +
+                        ((threadIdx.x >> 3) & 3) * kQuarter;
+#pragma unroll
+      for (int e = 0; e < kQuarter; ++e) g_mine[e] = gt[e];
+    } else {
+      a[0] = p.g[static_cast<int64_t>(t) * p.HV + h];
+    }
+    float vr[RPT];
+    const uint16_t* vt = p.v + (static_cast<int64_t>(t) * p.HV + h) * dv;
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) vr[r] = row_ok[r] ? bf16_value(vt[rows[r]]) : 0.0f;
+    const float beta = p.beta[static_cast<int64_t>(t) * p.HV + h];
+
+    // q, k normalised and scaled; the decay.
+    float qs = 0.0f, ks = 0.0f;
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) {
+      qs = wsk::fma(q[e], q[e], qs);
+      ks = wsk::fma(kk[e], kk[e], ks);
+    }
+    float qscale = p.scale, kscale = 1.0f;
+    if (p.qk_l2norm) {
+      qscale = ws_div(p.scale, wsk::sqrt(wsk::add(row_sum(qs), 1e-6f)));
+      kscale = ws_div(1.0f, wsk::sqrt(wsk::add(row_sum(ks), 1e-6f)));
+    }
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) {
+      kk[e] = wsk::mul(kk[e], kscale);
+      q[e] = wsk::mul(q[e], qscale);
+    }
+    if constexpr (KDA) {
+#pragma unroll
+      for (int e = 0; e < kQuarter; ++e) g_mine[e] = wsk::exp(g_mine[e]);
+#pragma unroll
+      for (int e = 0; e < CPL; ++e)
+        a[e] = __shfl_sync(0xffffffffu, g_mine[e % kQuarter], ((e / kQuarter) << 3) | sub);
+    } else {
+      a[0] = wsk::exp(a[0]);
+    }
+
+    // The delta rule on the rows, the readout, the column amax.
+    float m[CPL];
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
+    float out[RPT];
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      float part = 0.0f;
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) {
+        s[r][e] = wsk::mul(s[r][e], a[KDA ? e : 0]);
+        part = wsk::fma(s[r][e], kk[e], part);
+      }
+      const float wgt = wsk::mul(beta, wsk::sub(vr[r], row_sum(part)));
+      float acc = 0.0f;
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) {
+        s[r][e] = wsk::fma(wgt, kk[e], s[r][e]);
+        acc = wsk::fma(s[r][e], q[e], acc);
+        if (row_ok[r]) m[e] = fmaxf(m[e], fabsf(s[r][e]));
+      }
+      out[r] = row_sum(acc);
+      if (row_ok[r]) bad |= !(fabsf(out[r]) <= 3.40282347e38f);
+    }
+    if (p.o && sub == 0) {
+      uint16_t* ot = p.o + (static_cast<int64_t>(t) * p.HV + h) * dv;
+#pragma unroll
+      for (int r = 0; r < RPT; ++r)
+        if (row_ok[r]) ot[rows[r]] = ws_bf16_rne(out[r]);
+    }
+    if constexpr (kScaled) {
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) {
+        m[e] = fmaxf(m[e], __shfl_xor_sync(0xffffffffu, m[e], 8));
+        m[e] = fmaxf(m[e], __shfl_xor_sync(0xffffffffu, m[e], 16));
+      }
+      if ((threadIdx.x & 31) < kLanesPerRow) {
+        float* dst = sm_amax + (buf * nwarps + warp) * dk + j0;
+#pragma unroll
+        for (int e = 0; e < CPL; e += 4)
+          *reinterpret_cast<float4*>(dst + e) = make_float4(m[e], m[e + 1], m[e + 2], m[e + 3]);
+      }
+    }
+    if (__syncthreads_or(bad)) {
+      if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+        p.error_info[1] = seq;
+        p.error_info[2] = h;
+        p.error_info[3] = t - t0;
+      }
+      return;  // the stored state and scales are left as they were
+    }
+    const bool last = t + 1 == t1;
+    if constexpr (kScaled) {
+      for (int j = threadIdx.x; j < dk; j += blockDim.x) {
+        float amax = 0.0f;
+        for (int w = 0; w < nwarps; ++w) amax = fmaxf(amax, sm_amax[(buf * nwarps + w) * dk + j]);
+        const float col = ws_column_scale(amax, cmax, p.bf16_scale);
+        sm_scale[buf * dk + j] = col;
+        sm_inv[buf * dk + j] = __fdiv_rn(1.0f, col);
+        if (last) {
+          if (p.bf16_scale)
+            reinterpret_cast<uint16_t*>(p.scales)[head * dk + j] = ws_bf16_rne(col);
+          else
+            reinterpret_cast<float*>(p.scales)[head * dk + j] = col;
+        }
+      }
+      __syncthreads();
+      load_f32<CPL>(sm_scale + buf * dk + j0, sc);
+      load_f32<CPL>(sm_inv + buf * dk + j0, inv);
+    }
+    const uint32_t pos = pos0 + static_cast<uint32_t>(t - t0);
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      uint32_t w[NW];
+      encode_chunk<ST, CPL, SR>(p, s[r], sc, inv, key, static_cast<uint32_t>(rows[r] * dk + j0),
+                                pos, seq_id, w);
+      if (last) {
+        if (row_ok[r]) store_words<NW>(codes + (static_cast<int64_t>(rows[r]) * dk + j0) * EB, w);
+      } else {
+        decode_chunk<ST, CPL>(w, sc, s[r]);
+      }
+    }
+  }
+}
+
+// Byte-for-byte copy of n slot pairs: blockIdx.y is the pair; 16-byte units, grid-stride in x.
+__global__ void ws_slot_copy_kernel(const uint4* src_codes, const uint4* src_scales,
+                                    uint4* dst_codes, uint4* dst_scales, const int32_t* src_slots,
+                                    const int32_t* dst_slots, int64_t code_units,
+                                    int64_t scale_units) {
+  const int64_t from = src_slots[blockIdx.y], to = dst_slots[blockIdx.y];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < code_units;
+       u += stride)
+    dst_codes[to * code_units + u] = src_codes[from * code_units + u];
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < scale_units;
+       u += stride)
+    dst_scales[to * scale_units + u] = src_scales[from * scale_units + u];
+}
+
+Store store_of(WorkingStateKind k) {
+  switch (k) {
+    case WorkingStateKind::bf16:
+    case WorkingStateKind::bf16_sr:
+      return Store::bf16;
+    case WorkingStateKind::int8:
+    case WorkingStateKind::int8_sr:
+      return Store::int8;
+    case WorkingStateKind::fp8_e4m3:
+    case WorkingStateKind::fp8_e4m3_sr:
+      return Store::fp8;
+    default:
+      fail("working-state decode: format '{}' has no CUDA kernel", WorkingStateFormat{k}.name());
+  }
+}
+
+bool aligned16(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+
+int block_threads(int dv) {
+  const int threads = kLanesPerRow * ((dv + kRowsPerThread - 1) / kRowsPerThread);
+  return (threads + 31) / 32 * 32;
+}
+
+template <Store ST, int CPL>
+void launch(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
+  const int threads = block_threads(a.dv);
+  const size_t shared = (2 * static_cast<size_t>(threads / 32) * a.dk + 4 * a.dk) * sizeof(float);
+  const dim3 grid(a.num_seqs, a.HV);
+  const bool kda = a.gate == GateKind::kda;
+  if (kda && p.sr)
+    ws_decode_kernel<ST, CPL, true, true><<<grid, threads, shared, stream>>>(p);
+  else if (kda)
+    ws_decode_kernel<ST, CPL, true, false><<<grid, threads, shared, stream>>>(p);
+  else if (p.sr)
+    ws_decode_kernel<ST, CPL, false, true><<<grid, threads, shared, stream>>>(p);
+  else
+    ws_decode_kernel<ST, CPL, false, false><<<grid, threads, shared, stream>>>(p);
+}
+
+template <Store ST>
+void launch_store(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
+  if (a.dk == 32)
+    launch<ST, 4>(a, p, stream);
+  else if (a.dk == 64)
+    launch<ST, 8>(a, p, stream);
+  else
+    launch<ST, 16>(a, p, stream);
+}
+
+}  // namespace
+
+bool ws_decode_supports(const WorkingStateFormat& f) {
+  switch (f.kind) {
+    case WorkingStateKind::bf16:
+    case WorkingStateKind::bf16_sr:
+    case WorkingStateKind::int8:
+    case WorkingStateKind::int8_sr:
+    case WorkingStateKind::fp8_e4m3:
+    case WorkingStateKind::fp8_e4m3_sr:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
+  if (!ws_decode_supports(a.format))
+    fail("working-state decode: format '{}' has no CUDA kernel", a.format.name());
+  if (a.H <= 0 || a.HV <= 0 || a.dv <= 0 || a.HV % a.H != 0)
+    fail("working-state decode: invalid shape H {} HV {} d_v {} (positive, HV % H == 0)", a.H, a.HV,
+         a.dv);
+  if (a.dk != 32 && a.dk != 64 && a.dk != 128)
+    fail("working-state decode: d_k {} (expected 32, 64 or 128)", a.dk);
+  if (a.dv > kMaxDv) fail("working-state decode: d_v {} above {}", a.dv, kMaxDv);
+  if (a.num_seqs < 0 || a.pool_slots < 0)
+    fail("working-state decode: num_seqs {} and pool_slots {} must be >= 0", a.num_seqs,
+         a.pool_slots);
+  if (a.layer < 0 || a.layer >= 65536)
+    fail("working-state decode: layer {} outside [0, 65536)", a.layer);
+  const Store st = store_of(a.format.kind);
+  if (a.num_seqs == 0) return;
+  auto need = [](const void* ptr, const char* name) {
+    if (!ptr) fail("working-state decode: {} is null", name);
+  };
+  need(a.codes, "codes");
+  if (st != Store::bf16) need(a.scales, "scales");
+  need(a.slot_ids, "slot_ids");
+  need(a.cu_seqlens, "cu_seqlens");
+  need(a.q, "q");
+  need(a.k, "k");
+  need(a.v, "v");
+  need(a.g, "g");
+  need(a.beta, "beta");
+  if (!aligned16(a.codes) || (st != Store::bf16 && !aligned16(a.scales)) ||
+      !aligned16(a.init_state))
+    fail("working-state decode: codes, scales and init_state must be 16-byte aligned");
+  WsParams p;
+  p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
+  p.qk_l2norm = a.qk_l2norm;
+  p.sr = a.format.stochastic();
+  p.bf16_scale = a.format.bf16_scale;
+  p.scale =
+      a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.dk)));
+  p.codes = static_cast<uint8_t*>(a.codes);
+  p.scales = a.scales;
+  p.slot_ids = a.slot_ids, p.cu = a.cu_seqlens, p.positions = a.positions,
+  p.seq_index = a.seq_index;
+  p.seed = a.seed, p.layer = static_cast<uint32_t>(a.layer);
+  p.q = a.q, p.k = a.k, p.v = a.v, p.g = a.g, p.beta = a.beta, p.o = a.o;
+  p.error_info = a.error_info;
+  p.init_state = a.init_state;
+  if (st == Store::bf16)
+    launch_store<Store::bf16>(a, p, stream);
+  else if (st == Store::int8)
+    launch_store<Store::int8>(a, p, stream);
+  else
+    launch_store<Store::fp8>(a, p, stream);
+  STATECHECK_CUDA_CHECK(cudaGetLastError());
+}
+
+void check_ws_decode_error(int32_t* error_info, cudaStream_t stream) {
+  if (!error_info) return;
+  int32_t host[4];
+  STATECHECK_CUDA_CHECK(
+      cudaMemcpyAsync(host, error_info, sizeof host, cudaMemcpyDeviceToHost, stream));
+  STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  STATECHECK_CUDA_CHECK(cudaMemsetAsync(error_info, 0, sizeof host, stream));
+  if (host[0] != 0)
+    fail(
+        "working-state decode: non-finite state or output in sequence {}, value head {}, token "
+        "{} of the launch; that head's slot was left unchanged",
+        host[1], host[2], host[3]);
+}
+
+void ws_slot_copy(const WorkingStateFormat& f, int HV, int dk, int dv, const void* src_codes,
+                  const void* src_scales, void* dst_codes, void* dst_scales,
+                  const int32_t* src_slots, const int32_t* dst_slots, int n, cudaStream_t stream) {
+  const Store st = store_of(f.kind);
+  if (HV <= 0 || dk <= 0 || dv <= 0 || dk % 16 != 0 || n < 0)
+    fail("working-slot copy: invalid shape HV {} d_k {} d_v {} n {} (d_k % 16 == 0)", HV, dk, dv,
+         n);
+  if (n == 0) return;
+  const bool scaled = st != Store::bf16;
+  if (!src_codes || !dst_codes || !src_slots || !dst_slots ||
+      (scaled && (!src_scales || !dst_scales)))
+    fail("working-slot copy: a required pointer is null");
+  if (!aligned16(src_codes) || !aligned16(dst_codes) ||
+      (scaled && (!aligned16(src_scales) || !aligned16(dst_scales))))
+    fail("working-slot copy: codes and scales must be 16-byte aligned");
+  const int64_t code_units = static_cast<int64_t>(HV) * dv * dk * (st == Store::bf16 ? 2 : 1) / 16;
+  const int64_t scale_units =
+      scaled ? static_cast<int64_t>(HV) * dk * (f.bf16_scale ? 2 : 4) / 16 : 0;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((code_units + threads - 1) / threads, 64));
+  ws_slot_copy_kernel<<<dim3(blocks, n), threads, 0, stream>>>(
+      static_cast<const uint4*>(src_codes), static_cast<const uint4*>(src_scales),
+      static_cast<uint4*>(dst_codes), static_cast<uint4*>(dst_scales), src_slots, dst_slots,
+      code_units, scale_units);
+  STATECHECK_CUDA_CHECK(cudaGetLastError());
+}
+
+double ws_decode_bytes(const WsDecodeArgs& a, int64_t total_tokens) {
+  const bool scaled = a.format.has_scales();
+  const double code_bytes =
+      a.format.kind == WorkingStateKind::bf16 || a.format.kind == WorkingStateKind::bf16_sr ? 2.0
+                                                                                            : 1.0;
+  const double state =
+      static_cast<double>(a.HV) * a.dv * a.dk * code_bytes +
+      (scaled ? static_cast<double>(a.HV) * a.dk * (a.format.bf16_scale ? 2 : 4) : 0.0);
+  const double gate = a.gate == GateKind::kda ? static_cast<double>(a.HV) * a.dk : a.HV;
+  const double per_token =
+      2.0 * 2 * a.H * a.dk + 2.0 * a.HV * a.dv + 4.0 * gate + 4.0 * a.HV + 2.0 * a.HV * a.dv;
+  return 2.0 * state * a.num_seqs + per_token * static_cast<double>(total_tokens) +
+         4.0 * (4.0 * a.num_seqs + 1);
+}
+
+double ws_decode_flops(const WsDecodeArgs& a, int64_t total_tokens) {
+  return 6.0 * a.dk * a.dv * a.HV * static_cast<double>(total_tokens);
+}
+
+}  // namespace statecheck::cuda

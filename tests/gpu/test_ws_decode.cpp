@@ -1,0 +1,697 @@
+// The working-state decode kernel (kernels/working_state/ws_decode.h) against its CPU reference
+// bit for bit (codes, scales, outputs) for every format on awkward shapes (d_v not a multiple of
+// the 32-row groups, T = 63, HV = 3 H, d_k 32 / 64 / 128), non-contiguous distinct slot ids,
+// sequences without tokens, outputs prefilled with NaN bits, guard regions after every buffer,
+// untouched slots compared with the pool before the launch; the refusal of a non-finite state;
+// the working-slot copy. CPU-only checks of the reference itself (no GPU needed): one token
+// against the fp64 loop within the format's half-step bound, the exponential against libm, and
+// the stochastic rounding's independence of the slot a sequence sits in.
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "core/drive/drive.h"
+#include "core/dtype/bf16.h"
+#include "core/recurrence/gated_delta.h"
+#include "core/util/rng.h"
+#include "core/working_state/element_codec.h"
+#include "kernels/working_state/ws_decode.h"
+#include "kernels/working_state/ws_decode_reference.h"
+#include "kernels/working_state/ws_step_math.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace statecheck;
+using namespace statecheck::cuda;
+using statecheck::cuda::testing::GpuTest;
+using statecheck::cuda::testing::Guarded;
+
+namespace {
+
+constexpr int kSlots = 12;
+
+struct Case {
+  const char* name;
+  int H, HV, dk, dv;
+  GateKind gate;
+  WorkingStateKind kind;
+  bool bf16_scale;
+  std::vector<int> lengths;  // tokens per sequence
+  bool qk_l2norm = true;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
+
+// gtest prints a case by its name instead of its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+WorkingStateFormat format_of(const Case& c) {
+  WorkingStateFormat f;
+  f.kind = c.kind;
+  f.bf16_scale = c.bf16_scale;
+  return f;
+}
+
+// A pool of kSlots random stored states of the format (valid codes, positive scales of states of
+// about 0.06 rms), distinct shuffled slot ids, drive inputs (GDN: init-gdn, KDA: seed-kda), and
+// per-sequence positions and run indices that differ from the slot and batch order.
+HostWsBatch make_batch(const Case& c, uint64_t seed) {
+  HostWsBatch b;
+  b.H = c.H, b.HV = c.HV, b.dk = c.dk, b.dv = c.dv, b.gate = c.gate, b.qk_l2norm = c.qk_l2norm;
+  b.format = format_of(c);
+  b.seed = 0x123456789ABCDEFull ^ seed;
+  b.layer = 3;
+  const size_t elems = static_cast<size_t>(kSlots) * c.HV * c.dv * c.dk;
+  const int cb = ws_code_bytes(b.format), sb = ws_scale_bytes(b.format);
+  Rng rng(seed);
+  b.codes.resize(elems * cb);
+  for (size_t e = 0; e < elems; ++e) {
+    if (cb == 2) {
+      const uint16_t bits = bf16_bits_from_float(static_cast<float>(0.06 * rng.normal()));
+      std::memcpy(b.codes.data() + 2 * e, &bits, 2);
+    } else if (b.format.kind == WorkingStateKind::int8 ||
+               b.format.kind == WorkingStateKind::int8_sr) {
+      b.codes[e] =
+          static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(rng.below(255)) - 127));
+    } else {
+      uint8_t code;
+      do code = static_cast<uint8_t>(rng.below(256));
+      while ((code & 0x7F) == 0x7F);
+      b.codes[e] = code;
+    }
+  }
+  const size_t nscales = static_cast<size_t>(kSlots) * c.HV * c.dk;
+  b.scales.resize(nscales * sb);
+  const float code_max = cb == 1 && (b.format.kind == WorkingStateKind::int8 ||
+                                     b.format.kind == WorkingStateKind::int8_sr)
+                             ? 127.0f
+                             : 448.0f;
+  for (size_t j = 0; j < nscales; ++j) {
+    const float s = static_cast<float>(rng.uniform(0.05, 0.2)) / code_max;
+    if (sb == 4) std::memcpy(b.scales.data() + 4 * j, &s, 4);
+    if (sb == 2) {
+      const uint16_t bits = bf16_bits_from_float(s);
+      std::memcpy(b.scales.data() + 2 * j, &bits, 2);
+    }
+  }
+  std::vector<int32_t> ids(kSlots);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int i = kSlots - 1; i > 0; --i) std::swap(ids[i], ids[rng.below(i + 1)]);
+  const int seqs = static_cast<int>(c.lengths.size());
+  b.slot_ids.assign(ids.begin(), ids.begin() + seqs);
+  b.cu_seqlens = {0};
+  for (int len : c.lengths) b.cu_seqlens.push_back(b.cu_seqlens.back() + len);
+  for (int s = 0; s < seqs; ++s) {
+    b.positions.push_back(static_cast<int32_t>(rng.below(5000)));
+    b.seq_index.push_back(1000 + 7 * (seqs - s));
+  }
+  const int T = b.cu_seqlens.back();
+  RecurrenceShape shape;
+  shape.H = c.H, shape.HV = c.HV, shape.dk = c.dk, shape.dv = c.dv, shape.gate = c.gate;
+  const LayerInputs in = synthetic_inputs(
+      c.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, shape, seed, 0, T);
+  b.q = bf16_bits(in.q), b.k = bf16_bits(in.k), b.v = bf16_bits(in.v);  // drive values: bf16-exact
+  b.g = in.g, b.beta = in.beta;
+  return b;
+}
+
+struct DeviceBatch {
+  Guarded<uint8_t> codes, scales;
+  Guarded<int32_t> slots, cu, positions, seq_index;
+  Guarded<uint16_t> q, k, v, o;
+  Guarded<float> g, beta;
+  Guarded<int32_t> error_info;
+  DeviceBatch(const HostWsBatch& b, const std::vector<uint16_t>& o0)
+      : codes(b.codes),
+        scales(b.scales.empty() ? std::vector<uint8_t>(16) : b.scales),
+        slots(b.slot_ids),
+        cu(b.cu_seqlens),
+        positions(b.positions),
+        seq_index(b.seq_index),
+        q(b.q),
+        k(b.k),
+        v(b.v),
+        o(o0),
+        g(b.g),
+        beta(b.beta),
+        error_info(std::vector<int32_t>(4, 0)) {}
+  WsDecodeArgs args(const HostWsBatch& b) {
+    WsDecodeArgs a;
+    a.num_seqs = static_cast<int>(b.slot_ids.size());
+    a.H = b.H, a.HV = b.HV, a.dk = b.dk, a.dv = b.dv, a.gate = b.gate, a.qk_l2norm = b.qk_l2norm;
+    a.format = b.format;
+    a.codes = codes.data();
+    a.scales = b.scales.empty() ? nullptr : scales.data();
+    a.pool_slots = kSlots;
+    a.slot_ids = slots.data(), a.cu_seqlens = cu.data();
+    a.positions = positions.data(), a.seq_index = seq_index.data();
+    a.seed = b.seed, a.layer = b.layer;
+    a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data(), a.beta = beta.data();
+    a.o = o.data();
+    a.error_info = error_info.data();
+    return a;
+  }
+  bool guards_intact() const {
+    return codes.guard_intact() && scales.guard_intact() && o.guard_intact() &&
+           error_info.guard_intact();
+  }
+};
+
+// Index of the first differing byte, or -1.
+template <typename T>
+long first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<long>(i);
+  return -1;
+}
+
+class WsDecode : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(WsDecode, MatchesReferenceBitForBitAndLeavesOtherSlots) {
+  const Case& c = GetParam();
+  HostWsBatch b = make_batch(c, 42);
+  const HostWsBatch before = b;
+  const int T = b.cu_seqlens.back();
+  const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);  // NaN bits
+  DeviceBatch d(b, o0);
+  ws_decode(d.args(b));
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> o_ref = o0;
+  const std::vector<WsRefusal> refused = ws_decode_reference(b, o_ref);
+  ASSERT_TRUE(refused.empty()) << "the reference refused a head of finite inputs";
+  EXPECT_EQ(d.error_info.download(), std::vector<int32_t>(4, 0));
+  EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << "codes";
+  if (!b.scales.empty()) {
+    EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << "scales";
+  }
+  const std::vector<uint16_t> o = d.o.download();
+  EXPECT_EQ(first_difference(o, o_ref), -1) << "outputs";
+  // Every output of a token was written (no NaN bits left) and is finite.
+  for (size_t i = 0; i < o.size(); ++i)
+    ASSERT_TRUE(std::isfinite(float_from_bf16_bits(o[i]))) << "output " << i;
+  EXPECT_TRUE(d.guards_intact());
+  // Slots not listed, and slots of sequences without tokens, are as before the launch; listed
+  // slots with tokens changed.
+  const size_t slot_codes = b.codes.size() / kSlots, slot_scales = b.scales.size() / kSlots;
+  const std::vector<uint8_t> codes = d.codes.download(), scales = d.scales.download();
+  for (int s = 0; s < kSlots; ++s) {
+    int seq = -1;
+    for (size_t n = 0; n < b.slot_ids.size(); ++n)
+      if (b.slot_ids[n] == s) seq = static_cast<int>(n);
+    const bool runs = seq >= 0 && c.lengths[seq] > 0;
+    const bool same_codes = std::memcmp(codes.data() + s * slot_codes,
+                                        before.codes.data() + s * slot_codes, slot_codes) == 0;
+    const bool same_scales =
+        slot_scales == 0 || std::memcmp(scales.data() + s * slot_scales,
+                                        before.scales.data() + s * slot_scales, slot_scales) == 0;
+    if (runs) {
+      EXPECT_FALSE(same_codes) << "slot " << s << " was not updated";
+    } else {
+      EXPECT_TRUE(same_codes && same_scales) << "slot " << s << " was touched";
+    }
+  }
+}
+
+TEST_P(WsDecode, RepeatsItselfAndTwoLaunchesEqualTheReferenceTwice) {
+  // Two consecutive launches (decode after decode, positions advanced) against the reference run
+  // twice: the stored state the second launch reads is the first one's output, bit for bit.
+  const Case& c = GetParam();
+  HostWsBatch b = make_batch(c, 7);
+  const int T = b.cu_seqlens.back();
+  const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
+  DeviceBatch d(b, o0);
+  std::vector<uint16_t> o_ref = o0;
+  ws_decode(d.args(b));
+  ASSERT_TRUE(ws_decode_reference(b, o_ref).empty());
+  HostWsBatch next = b;
+  for (size_t n = 0; n < next.positions.size(); ++n) next.positions[n] += c.lengths[n];
+  DeviceBatch d_positions_only(next, o0);  // fresh position array for the device
+  WsDecodeArgs a = d.args(b);
+  a.positions = d_positions_only.positions.data();
+  ws_decode(a);
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> o_ref2 = o0;
+  ASSERT_TRUE(ws_decode_reference(next, o_ref2).empty());
+  EXPECT_EQ(first_difference(d.codes.download(), next.codes), -1);
+  EXPECT_EQ(first_difference(d.o.download(), o_ref2), -1);
+}
+
+const std::vector<Case> kCases = {
+    {"int8_gdn_H2_HV6_dk128_dv128_decode",
+     2,
+     6,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::int8,
+     false,
+     {1, 1, 1, 1, 1}},
+    {"int8_kda_H4_HV4_dk128_dv100_decode",
+     4,
+     4,
+     128,
+     100,
+     GateKind::kda,
+     WorkingStateKind::int8,
+     false,
+     {1, 1, 1}},
+    {"int8_bf16scale_gdn_H1_HV3_dk64_dv50_T63",
+     1,
+     3,
+     64,
+     50,
+     GateKind::gdn,
+     WorkingStateKind::int8,
+     true,
+     {63, 0, 5}},
+    {"int8_sr_gdn_H2_HV6_dk128_dv128_T63",
+     2,
+     6,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::int8_sr,
+     false,
+     {63, 1, 0, 17}},
+    {"int8_sr_kda_H2_HV2_dk32_dv40_decode",
+     2,
+     2,
+     32,
+     40,
+     GateKind::kda,
+     WorkingStateKind::int8_sr,
+     false,
+     {1, 1, 1, 1}},
+    {"int8_gdn_noqknorm_H1_HV2_dk128_dv128",
+     1,
+     2,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::int8,
+     false,
+     {1, 3},
+     false},
+    {"fp8_gdn_H2_HV6_dk128_dv128_decode",
+     2,
+     6,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::fp8_e4m3,
+     false,
+     {1, 1, 1}},
+    {"fp8_bf16scale_kda_H2_HV2_dk64_dv96_T63",
+     2,
+     2,
+     64,
+     96,
+     GateKind::kda,
+     WorkingStateKind::fp8_e4m3,
+     true,
+     {63, 2}},
+    {"fp8_sr_kda_H4_HV4_dk128_dv128_decode",
+     4,
+     4,
+     128,
+     128,
+     GateKind::kda,
+     WorkingStateKind::fp8_e4m3_sr,
+     false,
+     {1, 1, 0, 1}},
+    {"fp8_sr_gdn_H1_HV3_dk32_dv40_T63",
+     1,
+     3,
+     32,
+     40,
+     GateKind::gdn,
+     WorkingStateKind::fp8_e4m3_sr,
+     false,
+     {63}},
+    {"bf16_sr_gdn_H2_HV6_dk128_dv128_decode",
+     2,
+     6,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::bf16_sr,
+     false,
+     {1, 1, 1, 1}},
+    {"bf16_sr_kda_H1_HV3_dk64_dv50_T63",
+     1,
+     3,
+     64,
+     50,
+     GateKind::kda,
+     WorkingStateKind::bf16_sr,
+     false,
+     {63, 0, 4}},
+    {"bf16_kda_H2_HV2_dk128_dv128_decode",
+     2,
+     2,
+     128,
+     128,
+     GateKind::kda,
+     WorkingStateKind::bf16,
+     false,
+     {1, 1}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Formats, WsDecode, ::testing::ValuesIn(kCases), case_name);
+
+class WsDecodeDevice : public GpuTest {};
+
+TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
+  Case c{"", 1, 3, 128, 128, GateKind::gdn, WorkingStateKind::int8, false, {1, 2, 1}};
+  HostWsBatch b = make_batch(c, 11);
+  // Slot of sequence 1, value head 2, key channel 5: an infinite scale decodes to +-Inf (or NaN
+  // for code 0) in that column.
+  const size_t at = (static_cast<size_t>(b.slot_ids[1]) * c.HV + 2) * c.dk + 5;
+  const float inf = INFINITY;
+  std::memcpy(b.scales.data() + 4 * at, &inf, 4);
+  const HostWsBatch before = b;
+  const int T = b.cu_seqlens.back();
+  const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
+  DeviceBatch d(b, o0);
+  ws_decode(d.args(b));
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> o_ref = o0;
+  const std::vector<WsRefusal> refused = ws_decode_reference(b, o_ref);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].seq, 1);
+  EXPECT_EQ(refused[0].head, 2);
+  EXPECT_EQ(refused[0].token, 0);
+  EXPECT_EQ(d.error_info.download(), (std::vector<int32_t>{1, 1, 2, 0}));
+  EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1);
+  EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1);
+  // The refused head's slot region is as before; the sequence's other heads ran.
+  const size_t head_codes = static_cast<size_t>(c.dv) * c.dk;
+  const size_t off = (static_cast<size_t>(b.slot_ids[1]) * c.HV + 2) * head_codes;
+  EXPECT_EQ(std::memcmp(b.codes.data() + off, before.codes.data() + off, head_codes), 0);
+  EXPECT_NE(std::memcmp(b.codes.data() + off - head_codes, before.codes.data() + off - head_codes,
+                        head_codes),
+            0);
+  EXPECT_EQ(first_difference(d.o.download(), o_ref), -1);
+  EXPECT_THROW(check_ws_decode_error(d.error_info.data()), Error);
+  EXPECT_NO_THROW(check_ws_decode_error(d.error_info.data()));  // cleared by the first check
+}
+
+TEST_F(WsDecodeDevice, StartsFromAGivenFp32State) {
+  // init_state: each sequence starts from an fp32 state as given (not decoded from its slot); the
+  // slot of a sequence without tokens stays as it was.
+  for (WorkingStateKind kind :
+       {WorkingStateKind::int8_sr, WorkingStateKind::fp8_e4m3, WorkingStateKind::bf16_sr}) {
+    Case c{"", 2, 2, 128, 100, GateKind::kda, kind, false, {2, 0, 1}};
+    HostWsBatch b = make_batch(c, 13);
+    const HostWsBatch before = b;
+    Rng rng(14);
+    b.init_state.resize(static_cast<size_t>(3) * c.HV * c.dv * c.dk);
+    for (auto& x : b.init_state) x = static_cast<float>(0.06 * rng.normal());
+    const int T = b.cu_seqlens.back();
+    const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
+    DeviceBatch d(b, o0);
+    Guarded<float> init(b.init_state);
+    WsDecodeArgs a = d.args(b);
+    a.init_state = init.data();
+    ws_decode(a);
+    STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o_ref = o0;
+    ASSERT_TRUE(ws_decode_reference(b, o_ref).empty());
+    EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << b.format.name();
+    EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << b.format.name();
+    EXPECT_EQ(first_difference(d.o.download(), o_ref), -1) << b.format.name();
+    const size_t sc = b.codes.size() / kSlots;
+    EXPECT_EQ(std::memcmp(b.codes.data() + b.slot_ids[1] * sc,
+                          before.codes.data() + b.slot_ids[1] * sc, sc),
+              0);
+    EXPECT_TRUE(d.guards_intact() && init.guard_intact());
+  }
+}
+
+TEST_F(WsDecodeDevice, SlotCopyMovesCodesAndScalesByteForByte) {
+  for (bool bf16_scale : {false, true}) {
+    Case c{"", 1, 3, 128, 100, GateKind::gdn, WorkingStateKind::int8, bf16_scale, {1}};
+    const HostWsBatch b = make_batch(c, 5);
+    Guarded<uint8_t> codes(b.codes), scales(b.scales);
+    const std::vector<int32_t> src = {3, 7}, dst = {0, 10};
+    Guarded<int32_t> dsrc(src), ddst(dst);
+    ws_slot_copy(b.format, c.HV, c.dk, c.dv, codes.data(), scales.data(), codes.data(),
+                 scales.data(), dsrc.data(), ddst.data(), 2);
+    STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> want_codes = b.codes, want_scales = b.scales;
+    const size_t sc = b.codes.size() / kSlots, ss = b.scales.size() / kSlots;
+    for (int i = 0; i < 2; ++i) {
+      std::memcpy(want_codes.data() + dst[i] * sc, b.codes.data() + src[i] * sc, sc);
+      std::memcpy(want_scales.data() + dst[i] * ss, b.scales.data() + src[i] * ss, ss);
+    }
+    EXPECT_EQ(first_difference(codes.download(), want_codes), -1);
+    EXPECT_EQ(first_difference(scales.download(), want_scales), -1);
+    EXPECT_TRUE(codes.guard_intact() && scales.guard_intact());
+  }
+}
+
+// The argument checks come before any device work, so they run without a GPU too.
+TEST(WsDecodeArguments, RejectsBadArguments) {
+  WsDecodeArgs a;
+  a.num_seqs = 1, a.H = 1, a.HV = 1, a.dk = 96, a.dv = 64;
+  a.format.kind = WorkingStateKind::int8;
+  EXPECT_THROW(ws_decode(a), Error);  // d_k 96
+  a.dk = 128, a.dv = 129;
+  EXPECT_THROW(ws_decode(a), Error);  // d_v above 128
+  a.dv = 64;
+  EXPECT_THROW(ws_decode(a), Error);  // null pointers
+  a.format.kind = WorkingStateKind::int8_ef;
+  EXPECT_THROW(ws_decode(a), Error);  // no kernel for error feedback
+}
+
+// ---- the reference alone (no GPU) --------------------------------------------------------------
+
+// One token of the reference against the fp64 loop started from the same decoded state: each
+// stored element lies within half a quantization step of the exact update, plus the fp32
+// arithmetic. Half a step: int8 scale_j / 2; E4M3 (scaled, normal range) 2^-4 |x| relative, and
+// 2^-10 scale_j absolute in the subnormal range (half of 2^-9); bf16 2^-8 |x| (the SR formats: a
+// whole step, 2^-7 |x| for bf16 and scale_j for int8). The fp32 part: |u| and the update are sums
+// of 128 products of magnitude <= |S|max |k_j| with ||k|| = 1, each rounding 2^-24 relative, so
+// 1e-4 |S|max covers them with a margin of about 10 (and the ~2 ulp of wsk::exp).
+TEST(WsDecodeReference, OneTokenWithinHalfAStepOfTheFp64Loop) {
+  const WorkingStateKind kinds[] = {WorkingStateKind::int8,     WorkingStateKind::int8_sr,
+                                    WorkingStateKind::fp8_e4m3, WorkingStateKind::fp8_e4m3_sr,
+                                    WorkingStateKind::bf16,     WorkingStateKind::bf16_sr};
+  for (GateKind gate : {GateKind::gdn, GateKind::kda})
+    for (WorkingStateKind kind : kinds) {
+      Case c{"", 2, 4, 128, 128, gate, kind, false, {1}};
+      HostWsBatch b = make_batch(c, 99);
+      const WorkingStateFormat f = b.format;
+      const int cb = ws_code_bytes(f);
+      const bool int8 = kind == WorkingStateKind::int8 || kind == WorkingStateKind::int8_sr;
+      const bool sr = f.stochastic();
+      RecurrenceShape shape;
+      shape.H = c.H, shape.HV = c.HV, shape.dk = c.dk, shape.dv = c.dv, shape.gate = gate;
+      LayerInputs in = LayerInputs::zeros(shape, 1);
+      for (size_t e = 0; e < in.q.size(); ++e) in.q[e] = float_from_bf16_bits(b.q[e]);
+      for (size_t e = 0; e < in.k.size(); ++e) in.k[e] = float_from_bf16_bits(b.k[e]);
+      for (size_t e = 0; e < in.v.size(); ++e) in.v[e] = float_from_bf16_bits(b.v[e]);
+      in.g = b.g, in.beta = b.beta;
+      const int slot = b.slot_ids[0];
+      const size_t head_elems = static_cast<size_t>(c.dv) * c.dk;
+      std::vector<std::vector<double>> S64(c.HV, std::vector<double>(head_elems));
+      auto scale_of = [&](int h, int j) {
+        float s;
+        std::memcpy(&s, b.scales.data() + 4 * ((static_cast<size_t>(slot) * c.HV + h) * c.dk + j),
+                    4);
+        return s;
+      };
+      auto value_of = [&](int h, size_t e) -> float {
+        const size_t at = (static_cast<size_t>(slot) * c.HV + h) * head_elems + e;
+        if (cb == 2) {
+          uint16_t bits;
+          std::memcpy(&bits, b.codes.data() + 2 * at, 2);
+          return ws_bf16_decode(bits);
+        }
+        const float s = scale_of(h, static_cast<int>(e % c.dk));
+        return int8 ? ws_int_decode(static_cast<int8_t>(b.codes[at]), s)
+                    : ws_mul(ws_fp8_e4m3_decode(b.codes[at]), s);
+      };
+      for (int h = 0; h < c.HV; ++h) {
+        for (size_t e = 0; e < head_elems; ++e) S64[h][e] = value_of(h, e);
+        gated_delta_head_fp64(shape, in, h, 0, 1, S64[h].data(), nullptr);
+      }
+      std::vector<uint16_t> o(static_cast<size_t>(c.HV) * c.dv, 0xFFFF);
+      ASSERT_TRUE(ws_decode_reference(b, o).empty());
+      double worst = 0.0;  // largest error over its bound
+      for (int h = 0; h < c.HV; ++h) {
+        double smax = 0.0;
+        for (double x : S64[h]) smax = std::max(smax, std::fabs(x));
+        for (size_t e = 0; e < head_elems; ++e) {
+          const double x = S64[h][e], got = value_of(h, e);
+          const double s = cb == 1 ? scale_of(h, static_cast<int>(e % c.dk)) : 0.0;
+          double step;
+          if (cb == 2)
+            step = (sr ? 0x1p-7 : 0x1p-8) * std::fabs(x) * (1 + 1e-3);
+          else if (int8)
+            step = (sr ? 1.0 : 0.5) * s;
+          else
+            step = (sr ? 2.0 : 1.0) * std::max(0x1p-4 * std::fabs(x) * (1 + 1e-3), 0x1p-10 * s);
+          const double bound = step + 1e-4 * smax;
+          worst = std::max(worst, std::fabs(got - x) / bound);
+        }
+      }
+      EXPECT_LE(worst, 1.0) << WorkingStateFormat{kind}.name() << " "
+                            << (gate == GateKind::kda ? "kda" : "gdn");
+      std::printf("[ ws reference ] %s %s: %.1f%% of the bound used\n",
+                  WorkingStateFormat{kind}.name().c_str(), gate == GateKind::kda ? "kda" : "gdn",
+                  100.0 * worst);
+    }
+}
+
+// The kernel's reference against the CPU working-state reference of the recurrence
+// (gated_delta_head_fp32_ws, core/recurrence), which sums the same fp32 step in another order and
+// uses libm's exp, for one token from the same stored state with the same Philox keys and
+// counters. The two fp32 updates differ by a few ulp of the terms (the fp32 part of the bound
+// above, 1e-4 |S|max per element with a margin), so the two stored codes of an element are equal
+// or, where the updates straddle a rounding boundary, one step apart (and a column's scale may
+// differ in its last bits with its amax): |mine - theirs| <= one step + 1e-4 |S|max, the step
+// scale_j for int8 / int8-sr, 2^-3 |x| (or 2^-9 scale_j below the E4M3 normal range) for fp8,
+// 2^-7 |x| for bf16. Codes one step apart must be rare: at most 1% of the elements may differ by
+// more than a thousandth of a step (a column whose scale moved by an ulp differs in every element,
+// by ulps: that is not a different code).
+TEST(WsDecodeReference, OneTokenWithinOneStepOfTheRecurrenceReference) {
+  const WorkingStateKind kinds[] = {WorkingStateKind::int8,     WorkingStateKind::int8_sr,
+                                    WorkingStateKind::fp8_e4m3, WorkingStateKind::fp8_e4m3_sr,
+                                    WorkingStateKind::bf16,     WorkingStateKind::bf16_sr};
+  for (GateKind gate : {GateKind::gdn, GateKind::kda})
+    for (WorkingStateKind kind : kinds) {
+      Case c{"", 2, 4, 128, 128, gate, kind, false, {1}};
+      HostWsBatch b = make_batch(c, 98);
+      const WorkingStateFormat f = b.format;
+      const int cb = ws_code_bytes(f);
+      const bool int8 = kind == WorkingStateKind::int8 || kind == WorkingStateKind::int8_sr;
+      RecurrenceShape shape;
+      shape.H = c.H, shape.HV = c.HV, shape.dk = c.dk, shape.dv = c.dv, shape.gate = gate;
+      // The reference recurrence's token index is the position in its inputs: put the token at
+      // the batch's position.
+      const int pos = b.positions[0];
+      LayerInputs in = LayerInputs::zeros(shape, pos + 1);
+      const size_t qk = static_cast<size_t>(c.H) * c.dk, vv = static_cast<size_t>(c.HV) * c.dv;
+      const size_t gw = static_cast<size_t>(shape.gate_width());
+      for (size_t e = 0; e < qk; ++e) {
+        in.q[pos * qk + e] = float_from_bf16_bits(b.q[e]);
+        in.k[pos * qk + e] = float_from_bf16_bits(b.k[e]);
+      }
+      for (size_t e = 0; e < vv; ++e) in.v[pos * vv + e] = float_from_bf16_bits(b.v[e]);
+      for (size_t e = 0; e < gw; ++e) in.g[pos * gw + e] = b.g[e];
+      for (int e = 0; e < c.HV; ++e) in.beta[pos * c.HV + e] = b.beta[e];
+      const int slot = b.slot_ids[0];
+      const size_t head_elems = static_cast<size_t>(c.dv) * c.dk;
+      auto scale_of = [&](int h, int j) {
+        float s;
+        std::memcpy(&s, b.scales.data() + 4 * ((static_cast<size_t>(slot) * c.HV + h) * c.dk + j),
+                    4);
+        return s;
+      };
+      auto value_of = [&](int h, size_t e) -> float {
+        const size_t at = (static_cast<size_t>(slot) * c.HV + h) * head_elems + e;
+        if (cb == 2) {
+          uint16_t bits;
+          std::memcpy(&bits, b.codes.data() + 2 * at, 2);
+          return ws_bf16_decode(bits);
+        }
+        const float s = scale_of(h, static_cast<int>(e % c.dk));
+        return int8 ? ws_int_decode(static_cast<int8_t>(b.codes[at]), s)
+                    : ws_mul(ws_fp8_e4m3_decode(b.codes[at]), s);
+      };
+      const WorkingStateRun ws{f, b.seed, b.layer, b.seq_index[0]};
+      std::vector<std::vector<float>> theirs(c.HV, std::vector<float>(head_elems));
+      for (int h = 0; h < c.HV; ++h) {
+        for (size_t e = 0; e < head_elems; ++e) theirs[h][e] = value_of(h, e);
+        gated_delta_head_fp32_ws(shape, in, h, pos, pos + 1, theirs[h].data(), nullptr, nullptr,
+                                 ws);
+      }
+      std::vector<uint16_t> o(static_cast<size_t>(c.HV) * c.dv, 0xFFFF);
+      ASSERT_TRUE(ws_decode_reference(b, o).empty());
+      double worst = 0.0;
+      size_t differ = 0;
+      for (int h = 0; h < c.HV; ++h) {
+        double smax = 0.0;
+        for (float x : theirs[h]) smax = std::max(smax, std::fabs(static_cast<double>(x)));
+        for (size_t e = 0; e < head_elems; ++e) {
+          const double x = theirs[h][e], got = value_of(h, e);
+          const double s = cb == 1 ? scale_of(h, static_cast<int>(e % c.dk)) : 0.0;
+          double step;
+          if (cb == 2)
+            step = 0x1p-7 * std::fabs(x) * (1 + 1e-3);
+          else if (int8)
+            step = s * (1 + 1e-3);
+          else
+            step = std::max(0x1p-3 * std::fabs(x) * (1 + 1e-3), 0x1p-9 * s);
+          worst = std::max(worst, std::fabs(got - x) / (step + 1e-4 * smax));
+          differ += std::fabs(got - x) > 1e-3 * step;
+        }
+      }
+      const double fraction = static_cast<double>(differ) / (c.HV * head_elems);
+      EXPECT_LE(worst, 1.0) << f.name();
+      EXPECT_LE(fraction, 0.01) << f.name();
+      std::printf(
+          "[ ws reference vs recurrence ] %s %s: %.1f%% of the bound, %.3f%% of codes "
+          "differ\n",
+          f.name().c_str(), gate == GateKind::kda ? "kda" : "gdn", 100.0 * worst, 100.0 * fraction);
+    }
+}
+
+// A sequence's stochastic roundings depend on its run index and position, not on its pool slot or
+// its place in the batch: the same sequence run from two slots (and batch positions) stores the
+// same codes; a different run index stores different ones.
+TEST(WsDecodeReference, StochasticRoundingFollowsTheSequenceNotTheSlot) {
+  Case c{"", 1, 2, 64, 64, GateKind::gdn, WorkingStateKind::int8_sr, false, {3, 3}};
+  HostWsBatch b = make_batch(c, 21);
+  // Both sequences: the same stored state and inputs, slots swapped between two runs.
+  const size_t slot_codes = b.codes.size() / kSlots, slot_scales = b.scales.size() / kSlots;
+  const int s0 = b.slot_ids[0], s1 = b.slot_ids[1];
+  std::memcpy(b.codes.data() + s1 * slot_codes, b.codes.data() + s0 * slot_codes, slot_codes);
+  std::memcpy(b.scales.data() + s1 * slot_scales, b.scales.data() + s0 * slot_scales, slot_scales);
+  const size_t per_seq_q = static_cast<size_t>(3) * c.H * c.dk, per_seq_v = 3ull * c.HV * c.dv;
+  std::copy(b.q.begin(), b.q.begin() + per_seq_q, b.q.begin() + per_seq_q);
+  std::copy(b.k.begin(), b.k.begin() + per_seq_q, b.k.begin() + per_seq_q);
+  std::copy(b.v.begin(), b.v.begin() + per_seq_v, b.v.begin() + per_seq_v);
+  std::copy(b.g.begin(), b.g.begin() + 3 * c.HV, b.g.begin() + 3 * c.HV);
+  std::copy(b.beta.begin(), b.beta.begin() + 3 * c.HV, b.beta.begin() + 3 * c.HV);
+  b.positions = {100, 100};
+  HostWsBatch same = b, other = b;
+  same.seq_index = {5, 5};
+  other.seq_index = {5, 6};
+  std::vector<uint16_t> o(static_cast<size_t>(6) * c.HV * c.dv);
+  ASSERT_TRUE(ws_decode_reference(same, o).empty());
+  ASSERT_TRUE(ws_decode_reference(other, o).empty());
+  EXPECT_EQ(std::memcmp(same.codes.data() + s0 * slot_codes, same.codes.data() + s1 * slot_codes,
+                        slot_codes),
+            0);
+  EXPECT_NE(std::memcmp(other.codes.data() + s0 * slot_codes, other.codes.data() + s1 * slot_codes,
+                        slot_codes),
+            0);
+}
+
+// wsk::exp against the fp64 exponential: within 2 ulp over the gates' range [-30, 0], and at the
+// ends (0, the subnormal range, below it, NaN).
+TEST(WsDecodeReference, ExpWithinTwoUlpOfFp64) {
+  double worst = 0.0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -30.0f + 30.0f * static_cast<float>(i) / 200000.0f;
+    const double want = std::exp(static_cast<double>(x));
+    const float got = wsk::exp(x);
+    const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    worst = std::max(worst, std::fabs(got - want) / ulp);
+  }
+  EXPECT_LE(worst, 2.0);
+  EXPECT_EQ(wsk::exp(0.0f), 1.0f);
+  EXPECT_EQ(wsk::exp(-200.0f), 0.0f);
+  EXPECT_GT(wsk::exp(-100.0f), 0.0f);  // subnormal range
+  // Subnormal result: within one unit of the smallest subnormal, 2^-149.
+  EXPECT_LE(std::fabs(wsk::exp(-100.0f) - std::exp(-100.0)), 0x1p-149);
+  EXPECT_TRUE(std::isnan(wsk::exp(NAN)));
+}
+
+}  // namespace
