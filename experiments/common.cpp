@@ -119,9 +119,10 @@ int run_experiment(const Options& o) {
   require_cuda_if_asked(o, *it);
   const ModelConfig model = options_model(o);
   check_drive_option(o, model);
-  check_run_outputs(o, {o.out_path()});
+  const std::string out = o.out_path();  // once: the default name carries the time
+  check_run_outputs(o, {out});
   auto rows = load_thresholds(thresholds_path());  // before the work: a bad file costs nothing
-  H5Writer file(o.out_path());
+  H5Writer file(out);
   RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
   file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
   file.attr("/", "tp", static_cast<int64_t>(model.tp));

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cmath>
+#include <ctime>
+#include <filesystem>
 #include <initializer_list>
 #include <map>
 #include <sstream>
@@ -43,8 +46,47 @@ Dtype Options::scale_dtype_or_default() const {
   return scale_dtype.value_or(temporal_dtype);
 }
 
+namespace {
+std::string utc_stamp() {
+  char buf[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+}  // namespace
+
 std::string Options::out_path() const {
-  return out.empty() ? "results/" + experiment + ".h5" : out;
+  if (!out.empty()) return out;
+  return "results/runs/" + experiment + "-" + (run_stamp.empty() ? utc_stamp() : run_stamp) +
+         ".h5";
+}
+
+void check_output_extensions(const Options& o) {
+  if (!o.out.empty()) {
+    const std::string ext = lower_extension(o.out);
+    if (o.experiment == "suite") {
+      if (ext == ".h5" || ext == ".hdf5" || ext == ".json")
+        fail("--out {}: suite writes a folder of result files, not one {} file; give a folder",
+             o.out, ext);
+    } else if (!ext.empty() && ext != ".h5" && ext != ".hdf5") {
+      fail("--out {}: {} writes an HDF5 result file, and '{}' names another format; use .h5", o.out,
+           o.experiment, ext);
+    }
+  }
+  if (!o.summary.empty()) {
+    const std::string ext = lower_extension(o.summary);
+    if (!ext.empty() && ext != ".json")
+      fail("--summary {}: the summary is JSON, and '{}' names another format; use .json",
+           o.summary, ext);
+  }
 }
 
 uint64_t parse_seed(const std::string& text) {
@@ -78,6 +120,7 @@ std::vector<std::string> experiment_option_names() {
           "gpu-mem-gib",
           "mem-fraction",
           "weights-gib",
+          "compare-shipped",
           "no-payload",
           "chunk-granularity",
           "track-interval",
@@ -154,7 +197,9 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
          "implies --model data/tinylm/config.json in codec and chain)");
   common("states", po::value(&t.states), "states file for --drive states (safetensors or HDF5)");
   common("quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)");
-  common("out", po::value(&o.out), "result file (.h5); suite: result directory (default results)");
+  common("out", po::value(&o.out),
+         "result file (.h5; default results/runs/<experiment>-<UTC time>.h5); suite: result "
+         "directory (default results)");
   common("summary", po::value(&o.summary), "write the flat summary JSON here");
   common("threads", po::value(&o.threads)->default_value(0),
          "worker threads (0: all hardware threads)");
@@ -185,7 +230,9 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   cache("mem-fraction", po::value(&o.mem_fraction)->default_value(o.mem_fraction),
         "mem_fraction_static");
   cache("weights-gib", po::value(&o.weights_gib)->default_value(-1.0),
-        "weights per GPU, GiB (<0: from params)");
+        "weights per GPU of the asked model, GiB (<0: from its parameter count)");
+  cache("compare-shipped", po::bool_switch(&o.compare_shipped),
+        "memory: add every shipped model (at its default TP) to the table and plot");
   cache("trace", po::value(&o.trace), "replay: Mooncake-format trace (default: the shipped one)");
   cache("no-payload", po::bool_switch(&o.no_payload),
         "cache experiments: bookkeeping only, no state payloads");
@@ -357,9 +404,18 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   resolve_typed(t, vm.count("drive") != 0, o);
   check_values(o);
+  check_output_extensions(o);
+  o.run_stamp = utc_stamp();
   // Options given to an experiment that does not read them (their values were still checked):
   // said, so that a run is not mistaken for one that used them.
   cl.notes = unread_option_notes(o.experiment, given);
+  // More workers than hardware threads only add contention: clamped, and said.
+  if (o.threads > default_threads()) {
+    cl.notes.push_back(fmt::format(
+        "--threads {} is more than the {} hardware threads of this machine; using {}", o.threads,
+        default_threads(), default_threads()));
+    o.threads = default_threads();
+  }
   // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
   // tiny model's config (data/tinylm/config.json), which is also a statecheck model config; only
   // for the experiments that read --drive (and suite, which refuses the drive with its reason).

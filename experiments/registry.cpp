@@ -59,7 +59,7 @@ std::vector<ExperimentEntry> make_registry() {
       true,
       false,
       K::cache_model};
-  memory.reads = join({pools, budget});
+  memory.reads = join({pools, budget, {"compare-shipped"}});
 
   ExperimentEntry capacity{
       "capacity",

@@ -35,18 +35,20 @@ std::string parent_of(const std::string& p) {
   return pos == std::string::npos ? "" : p.substr(0, pos);
 }
 
+// A scalar variable-length UTF-8 string attribute: h5py reads it back as `str` (a fixed-length
+// one comes back as `bytes`), h5dump prints it as text.
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value,
                        const std::string& path) {
   hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, value.empty() ? 1 : value.size());
+  H5Tset_size(type, H5T_VARIABLE);
   H5Tset_cset(type, H5T_CSET_UTF8);
   H5Tset_strpad(type, H5T_STR_NULLTERM);
   hid_t space = H5Screate(H5S_SCALAR);
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   hid_t attr = check_id(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT),
                         "creating attribute " + name, path);
-  const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  check(H5Awrite(attr, type, padded.data()), "writing attribute " + name, path);
+  const char* text = value.c_str();  // a variable-length string is written as its char*
+  check(H5Awrite(attr, type, &text), "writing attribute " + name, path);
   H5Aclose(attr);
   H5Sclose(space);
   H5Tclose(type);
