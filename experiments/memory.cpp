@@ -59,7 +59,7 @@ struct MemoryResult {
   double gpu_mem_gib = 0.0;  // --gpu-mem-gib, GiB
   double mem_fraction = 0.0;
   bool weights_given = false;  // --weights-gib (else the model's parameter count)
-  ModelMemory selected;  // the model of --model, --tp
+  ModelMemory selected;        // the model of --model, --tp
   // Bytes of the selected model's active + checkpoint pools beyond the memory for caches (0: they
   // fit); where they do not, its correct KV budget is floored at 0 tokens.
   double state_excess_bytes = 0.0;
@@ -78,8 +78,8 @@ MemoryResult measure_memory(const Options& o, const ModelConfig& m) {
   const Budget& b = r.selected.budget;
   r.state_excess_bytes = std::max(
       0.0, static_cast<double>(b.active.total.total() + b.checkpoint.total.total()) - b.rest_bytes);
-  for (const std::string& name : o.compare_shipped ? shipped_model_names()
-                                                   : std::vector<std::string>{}) {
+  for (const std::string& name :
+       o.compare_shipped ? shipped_model_names() : std::vector<std::string>{}) {
     const ModelConfig cfg = load_model(name, 0);
     ShippedMemory sm{name, cfg.tp, std::nullopt, ""};
     try {

@@ -2,8 +2,8 @@
 #include "experiments/options.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -65,8 +65,7 @@ std::string lower_extension(const std::string& path) {
 
 std::string Options::out_path() const {
   if (!out.empty()) return out;
-  return "results/runs/" + experiment + "-" + (run_stamp.empty() ? utc_stamp() : run_stamp) +
-         ".h5";
+  return "results/runs/" + experiment + "-" + (run_stamp.empty() ? utc_stamp() : run_stamp) + ".h5";
 }
 
 void check_output_extensions(const Options& o) {
@@ -84,8 +83,8 @@ void check_output_extensions(const Options& o) {
   if (!o.summary.empty()) {
     const std::string ext = lower_extension(o.summary);
     if (!ext.empty() && ext != ".json")
-      fail("--summary {}: the summary is JSON, and '{}' names another format; use .json",
-           o.summary, ext);
+      fail("--summary {}: the summary is JSON, and '{}' names another format; use .json", o.summary,
+           ext);
   }
 }
 
@@ -99,33 +98,13 @@ uint64_t parse_seed(const std::string& text) {
 }
 
 std::vector<std::string> experiment_option_names() {
-  return {"seed",
-          "threads",
-          "quick",
-          "drive",
-          "states",
-          "prefill",
-          "decode",
-          "codec",
-          "chain-tokens",
-          "chain-layers",
-          "trace",
-          "trace-bad-lines",
-          "active-slots",
-          "ckpt-slots",
-          "strategy",
-          "temporal-dtype",
-          "scale-dtype",
-          "conv-dtype",
-          "gpu-mem-gib",
-          "mem-fraction",
-          "weights-gib",
-          "compare-shipped",
-          "no-payload",
-          "chunk-granularity",
-          "track-interval",
-          "chunked-prefill",
-          "max-running"};
+  return {
+      "seed",           "threads",         "quick",           "drive",        "states",
+      "states-key",     "prefill",         "decode",          "codec",        "chain-tokens",
+      "chain-layers",   "trace",           "trace-bad-lines", "active-slots", "ckpt-slots",
+      "strategy",       "temporal-dtype",  "scale-dtype",     "conv-dtype",   "gpu-mem-gib",
+      "mem-fraction",   "weights-gib",     "compare-shipped", "no-payload",   "chunk-granularity",
+      "track-interval", "chunked-prefill", "max-running"};
 }
 
 void reset_option(Options& o, const std::string& option) {
@@ -165,6 +144,7 @@ struct OptionText {
   std::string device = "cpu";
   std::string drive;
   std::string states;
+  std::string states_key;
   std::string codec = "int8";
   std::string strategy = "extra_buffer";
   std::string temporal_dtype = "fp32";
@@ -195,7 +175,13 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   common("drive", po::value(&t.drive),
          "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm "
          "implies --model data/tinylm/config.json in codec and chain)");
-  common("states", po::value(&t.states), "states file for --drive states (safetensors or HDF5)");
+  common("states", po::value(&t.states),
+         "states file for --drive states (safetensors or HDF5): one tensor [L, HV, d_v, d_k] or "
+         "[L, N, HV, d_v, d_k] named 'state' (or the only one), or one tensor per layer");
+  common("states-key", po::value(&t.states_key),
+         "--drive states: the tensor to read, or a per-layer pattern with {i} for the layer "
+         "index, e.g. 'layers.{i}.ssm_state' (default: 'state', the only tensor, or the one "
+         "pattern naming a tensor per linear-attention layer)");
   common("quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)");
   common("out", po::value(&o.out),
          "result file (.h5; default results/runs/<experiment>-<UTC time>.h5); suite: result "
@@ -286,6 +272,14 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
     o.drive = parse_drive(t.drive, t.states);
   else if (!t.states.empty())
     fail("--states {} is given without --drive states", t.states);
+  if (!t.states_key.empty()) {
+    if (!o.drive || o.drive->kind != DriveKind::states)
+      fail("--states-key {} is given without --drive states", t.states_key);
+    const size_t at = t.states_key.find("{i}");
+    if (at != std::string::npos && t.states_key.find("{i}", at + 1) != std::string::npos)
+      fail("--states-key {}: the pattern may hold '{{i}}' once", t.states_key);
+    o.drive->states_key = t.states_key;
+  }
 }
 
 // The ranges of the numbers and the input files.
@@ -386,6 +380,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   if (o.experiment.empty()) return cl;
   if (vm.count("drive") && t.drive.empty()) fail("--drive needs a name");
+  if (vm.count("states-key") && t.states_key.empty()) fail("--states-key needs a name or pattern");
   if (vm.count("out") && o.out.empty()) fail("--out needs a path");
   if (vm.count("summary") && o.summary.empty()) fail("--summary needs a path");
   if (vm.count("scale-dtype") && t.scale_dtype.empty())
@@ -411,9 +406,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   cl.notes = unread_option_notes(o.experiment, given);
   // More workers than hardware threads only add contention: clamped, and said.
   if (o.threads > default_threads()) {
-    cl.notes.push_back(fmt::format(
-        "--threads {} is more than the {} hardware threads of this machine; using {}", o.threads,
-        default_threads(), default_threads()));
+    cl.notes.push_back(
+        fmt::format("--threads {} is more than the {} hardware threads of this machine; using {}",
+                    o.threads, default_threads(), default_threads()));
     o.threads = default_threads();
   }
   // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped

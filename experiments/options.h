@@ -42,8 +42,8 @@ struct Options {
   // replaces a suite's results/<experiment>.h5 (suite: the result directory, default results).
   std::string out;
   std::string run_stamp;  // UTC time of the parse, YYYYMMDDTHHMMSSZ (empty: the time of the call)
-  std::string summary;  // summary JSON; empty: none (suite: <out>/summary.json)
-  int threads = 0;      // 0: hardware threads; more than the hardware has: clamped, with a note
+  std::string summary;    // summary JSON; empty: none (suite: <out>/summary.json)
+  int threads = 0;        // 0: hardware threads; more than the hardware has: clamped, with a note
   std::string command_line;
 
   // Numerical experiments.
@@ -65,7 +65,6 @@ struct Options {
   double gpu_mem_gib = 141e9 / 1073741824.0;  // an H200: 141 GB = 131.3 GiB
   double mem_fraction = 0.88;
   double weights_gib = -1.0;   // < 0: from the asked model's parameter count
-  bool compare_shipped = false;  // memory: add the shipped models' rows (each at its default TP)
   std::string trace;           // replay: Mooncake trace (empty: the shipped one, trace_path)
   bool no_payload = false;     // cache experiments: bookkeeping only, no state payloads
   int chunk_granularity = 64;  // Cg: state chunk granularity (SGLang mamba_cache_chunk_size)
@@ -73,11 +72,13 @@ struct Options {
   int track_interval = 256;    // extra_buffer decode track interval (SGLang mamba_track_interval)
   int max_running = 0;         // 0: active slots / (3 + tracking slots), as SGLang
   BadLines trace_bad_lines = BadLines::reject;  // replay: malformed trace lines
+  // memory: add the shipped models' rows (each at its default TP) after the asked model's
+  bool compare_shipped = false;
 
   // Resolved helpers.
   int thread_count() const;
   Dtype scale_dtype_or_default() const;  // scale_dtype, else the temporal dtype
-  std::string out_path() const;  // out, or results/runs/<experiment>-<run_stamp>.h5
+  std::string out_path() const;          // out, or results/runs/<experiment>-<run_stamp>.h5
 };
 
 // A parsed command line.

@@ -1,5 +1,5 @@
-// Memory of the state pools and the KV budget (docs/cache_model.md sections 1 and 5), against values
-// computed by hand from the models' public configs (docs/numerics.md, "Real model shapes").
+// Memory of the state pools and the KV budget (docs/cache_model.md sections 1 and 5), against
+// values computed by hand from the models' public configs (docs/numerics.md, "Real model shapes").
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -219,9 +219,9 @@ TEST(MemoryExperiment, NoMemoryForTheKvCacheShowsTheArithmetic) {
   in.active_slots = 1024;
   in.ckpt_slots = 2048;
   const std::string err = test_support::error_of([&] { compute_budget(m, StateDtypes{}, in); });
-  EXPECT_NE(err.find(fmt::format("1024 slots x {:.0f} bytes = {:.2f} GiB", slot,
-                                 1024 * slot / kGiB)),
-            std::string::npos)
+  EXPECT_NE(
+      err.find(fmt::format("1024 slots x {:.0f} bytes = {:.2f} GiB", slot, 1024 * slot / kGiB)),
+      std::string::npos)
       << err;
   EXPECT_NE(err.find(fmt::format("memory for caches {:.2f} GiB", rest / kGiB)), std::string::npos)
       << err;

@@ -242,7 +242,6 @@ TEST(ModelConfig, FolderCaseInsensitiveNamesAndSuggestions) {
   EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
   EXPECT_EQ(closest_model_name("Qwen3.5-35B"), "qwen3.5-35b-a3b");
   const std::string empty_dir = std::string(STATECHECK_TEST_DATA_DIR) + "/hf_configs";
-  const std::string no_config =
-      statecheck::test_support::error_of([&] { load_model(empty_dir); });
+  const std::string no_config = statecheck::test_support::error_of([&] { load_model(empty_dir); });
   EXPECT_NE(no_config.find("a folder without config.json"), std::string::npos) << no_config;
 }

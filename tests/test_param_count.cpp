@@ -48,7 +48,7 @@ TEST(ParamCount, ShippedModelsFromTheirHuggingFaceConfigsMatchTheirStatedParamet
 // attention, 512 experts of 512, one shared expert of 512), independently of the layer loop.
 TEST(ParamCount, Qwen3NextByHand) {
   const double h = 2048, vocab = 151936;
-  const double embed = 2 * vocab * h;                                     // untied LM head
+  const double embed = 2 * vocab * h;  // untied LM head
   const double full = h * 16 * 256 * 2 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256;
   const double conv = (2 * 16 * 128 + 32 * 128) * 4;
   const double linear = h * (2 * 16 * 128 + 2 * 32 * 128) + h * 64 + conv + 64 + 128 + 4096 * h;
@@ -61,11 +61,16 @@ TEST(ParamCount, Qwen3NextByHand) {
 // A field the count needs is missing: the weights are unknown, named, and the budget asks for
 // --weights-gib instead of counting 0 bytes; --weights-gib then runs it.
 TEST(ParamCount, MissingFieldIsNamedAndTheBudgetAsksForWeightsGib) {
-  const json j = {{"model_type", "qwen3_next"},   {"num_hidden_layers", 48},
-                  {"full_attention_interval", 4}, {"linear_num_key_heads", 16},
-                  {"linear_num_value_heads", 32}, {"linear_key_head_dim", 128},
-                  {"linear_value_head_dim", 128}, {"num_key_value_heads", 2},
-                  {"head_dim", 256},              {"hidden_size", 2048}};
+  const json j = {{"model_type", "qwen3_next"},
+                  {"num_hidden_layers", 48},
+                  {"full_attention_interval", 4},
+                  {"linear_num_key_heads", 16},
+                  {"linear_num_value_heads", 32},
+                  {"linear_key_head_dim", 128},
+                  {"linear_value_head_dim", 128},
+                  {"num_key_value_heads", 2},
+                  {"head_dim", 256},
+                  {"hidden_size", 2048}};
   const ModelConfig m = parse_model_config(j, "config.json", 4);
   EXPECT_NE(m.weights_unknown.find("'vocab_size'"), std::string::npos) << m.weights_unknown;
   EXPECT_EQ(m.params_billion, 0.0);

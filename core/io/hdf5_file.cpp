@@ -1,5 +1,6 @@
 #include "core/io/hdf5_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -271,6 +272,18 @@ std::string read_string_attr(hid_t obj, const char* name) {
 }
 
 }  // namespace
+
+std::vector<std::string> hdf5_dataset_names(const std::string& path) {
+  if (!std::filesystem::exists(path)) fail("{}: no such file", path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) fail("{}: not an HDF5 file", path);
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) fail("{}: cannot open HDF5 file (truncated or damaged?)", path);
+  RootDatasets found;
+  H5Literate(file, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, collect_dataset, &found);
+  H5Fclose(file);
+  std::sort(found.names.begin(), found.names.end());
+  return found.names;
+}
 
 FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
                            const ShapeCheck& check) {

@@ -69,15 +69,15 @@ Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetIn
   if (in.active_slots < 0 || in.ckpt_slots < 0) fail("pool sizes must be >= 0");
   Budget b;
   if (in.weights_gib < 0 && !m.weights_unknown.empty())
-    fail("memory budget: the weights of model '{}' are not known ({}); give --weights-gib (GiB "
-         "per GPU)",
-         m.name, m.weights_unknown);
+    fail(
+        "memory budget: the weights of model '{}' are not known ({}); give --weights-gib (GiB "
+        "per GPU)",
+        m.name, m.weights_unknown);
   if (in.weights_gib < 0 && !(m.params_billion > 0))
     fail("memory budget: model '{}' states no parameter count; give --weights-gib (GiB per GPU)",
          m.name);
-  b.weights_bytes = in.weights_gib >= 0
-                        ? in.weights_gib * kGiB
-                        : m.params_billion * 1e9 * m.weight_bytes_per_param / m.tp;
+  b.weights_bytes = in.weights_gib >= 0 ? in.weights_gib * kGiB
+                                        : m.params_billion * 1e9 * m.weight_bytes_per_param / m.tp;
   b.rest_bytes = in.gpu_mem_gib * kGiB * in.mem_fraction - b.weights_bytes - in.reserve_gib * kGiB;
   if (b.rest_bytes <= 0)
     fail(

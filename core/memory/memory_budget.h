@@ -68,7 +68,7 @@ uint64_t kv_bytes_per_token(const ModelConfig& m, const StateDtypes& d);
 struct BudgetInputs {
   double gpu_mem_gib = 141e9 / kGiB;  // device memory (an H200: 141 GB = 131.3 GiB)
   double mem_fraction = 0.88;         // mem_fraction_static
-  double weights_gib = -1.0;  // < 0: params_billion * 1e9 * weight_bytes_per_param / TP
+  double weights_gib = -1.0;          // < 0: params_billion * 1e9 * weight_bytes_per_param / TP
   double reserve_gib = 0.0;           // other reserves (activations, graphs); 0 by default
   double mamba_full_memory_ratio = 0.9;
   int64_t active_slots = 0;  // 0: from the ratio split

@@ -1,9 +1,9 @@
 #include "core/model/model_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -240,9 +240,8 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
   m.params_billion = count.params / 1e9;
   m.weight_bytes_per_param = count.bytes_per_param;
   if (!count.missing.empty())
-    m.weights_unknown =
-        fmt::format("{}: the parameter count needs {}, which the config lacks", origin,
-                    count.missing);
+    m.weights_unknown = fmt::format("{}: the parameter count needs {}, which the config lacks",
+                                    origin, count.missing);
   return m;
 }
 

@@ -44,7 +44,7 @@ struct ModelConfig {
   int conv_width = 4;              // W
   ConvLayout conv_layout = ConvLayout::channels_first;
   FullAttentionSpec full_attention;
-  double params_billion = 0.0;        // total parameters, for the weights estimate of the budget
+  double params_billion = 0.0;          // total parameters, for the weights estimate of the budget
   double weight_bytes_per_param = 2.0;  // bytes of one weight (the config's dtype; bf16 default)
   // Non-empty when the parameter count is not known (what is missing); the memory budget then
   // refuses to run without --weights-gib instead of counting 0 bytes of weights.

@@ -59,8 +59,8 @@ double qwen_params(const Fields& f, const ModelConfig& m) {
   const double heads = f.pos("num_attention_heads");
   const double kv = m.full_attention.num_kv_heads, hd = m.full_attention.head_dim;
   const double gate = f.flag("attn_output_gate", true) ? 2.0 : 1.0;
-  const double full = hidden * heads * hd * gate + 2.0 * hidden * kv * hd + heads * hd * hidden +
-                      2.0 * hd;
+  const double full =
+      hidden * heads * hd * gate + 2.0 * hidden * kv * hd + heads * hd * hidden + 2.0 * hd;
   const double H = m.num_key_heads, HV = m.num_value_heads, dk = m.head_k_dim, dv = m.head_v_dim;
   const double linear = hidden * (2 * H * dk + 2 * HV * dv) + hidden * 2 * HV +
                         static_cast<double>(m.conv_dim()) * m.conv_width + 2 * HV + dv +
@@ -111,9 +111,8 @@ double kimi_params(const Fields& f, const ModelConfig& m) {
   for (int l = 0; l < m.num_layers; ++l) {
     const bool is_full = std::binary_search(m.full_layers.begin(), m.full_layers.end(), l);
     total += (is_full ? full : linear) + 2.0 * hidden;
-    const bool sparse =
-        experts > 0 && l >= first_dense &&
-        static_cast<int64_t>(l - first_dense) % static_cast<int64_t>(freq) == 0;
+    const bool sparse = experts > 0 && l >= first_dense &&
+                        static_cast<int64_t>(l - first_dense) % static_cast<int64_t>(freq) == 0;
     if (!sparse && dense == 0.0) dense = 3.0 * hidden * f.pos("intermediate_size");
     total += sparse ? moe : dense;
   }

@@ -37,10 +37,10 @@
 namespace statecheck {
 
 struct ParamCount {
-  double params = 0.0;              // total parameters (0 when `missing` is set)
-  double bytes_per_param = 2.0;     // from the config's dtype
-  std::string dtype = "bfloat16";   // the dtype named by the config (or the assumed bfloat16)
-  std::string missing;              // non-empty: the field the count needs and the config lacks
+  double params = 0.0;             // total parameters (0 when `missing` is set)
+  double bytes_per_param = 2.0;    // from the config's dtype
+  std::string dtype = "bfloat16";  // the dtype named by the config (or the assumed bfloat16)
+  std::string missing;             // non-empty: the field the count needs and the config lacks
 };
 
 // Counts the parameters of the Hugging Face config `top` (the whole file; fields are read from
