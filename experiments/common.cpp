@@ -37,6 +37,10 @@ std::vector<InputPath> run_inputs(const Options& o) {
   if (!o.trace.empty()) in.push_back({"--trace", o.trace});
   std::error_code ec;
   if (std::filesystem::is_regular_file(o.model, ec)) in.push_back({"--model", o.model});
+  // A model folder (the Hugging Face layout): its config.json is the input.
+  const std::string in_folder = (std::filesystem::path(o.model) / "config.json").string();
+  if (std::filesystem::is_directory(o.model, ec) && std::filesystem::is_regular_file(in_folder, ec))
+    in.push_back({"--model", in_folder});
   return in;
 }
 

@@ -165,7 +165,8 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   auto common = d.common.add_options();
   common("help,h", "show this help");
   common("model", po::value(&o.model)->default_value(o.model),
-         "shipped model name or path to a config .json");
+         "shipped model name (any case), a config .json (statecheck or Hugging Face) or a model "
+         "folder holding config.json");
   common("tp", po::value(&o.tp)->default_value(0),
          "tensor-parallel degree (0: the model's default_tp)");
   common("seed", po::value(&t.seed)->default_value(t.seed),

@@ -216,7 +216,8 @@ def plot_memory(f, out):
             ax.bar(x + offset, v, 0.38, bottom=bottom, label=label)
             bottom += v
     slots = [int(g[names[0]]["active"]["slots"][()]), int(g[names[0]]["checkpoint"]["slots"][()])]
-    labels = [f"{_attr(g[n], 'model')}\nTP {_attr(g[n], 'tp')}" for n in names]
+    labels = [f"{_attr(g[n], 'model')}\nTP {_attr(g[n], 'tp')}" + (" (asked)" if n == "selected" else "")
+              for n in names]
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_xlabel("model (left bar: active pool, right bar: int8 checkpoint pool)")
     ax.set_ylabel("pool memory per GPU (GiB, 2^30 bytes)")

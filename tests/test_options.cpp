@@ -365,6 +365,7 @@ TEST(MemoryExperiment, ShippedModelsThatDoNotFitAreNamedNotFatal) {
   Options o;
   o.experiment = "memory";
   o.gpu_mem_gib = 74.5;
+  o.compare_shipped = true;
   const ModelConfig m = load_model(o.model, o.tp);
   H5Writer file(dir + "m.h5");
   Summary summary;

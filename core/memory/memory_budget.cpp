@@ -68,6 +68,13 @@ Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetIn
     fail("mamba_full_memory_ratio must be > 0, got {}", in.mamba_full_memory_ratio);
   if (in.active_slots < 0 || in.ckpt_slots < 0) fail("pool sizes must be >= 0");
   Budget b;
+  b.kv_bytes_per_token = kv_bytes_per_token(m, d);
+  if (b.kv_bytes_per_token == 0)
+    fail(
+        "memory budget: model '{}' has no full-attention layers (no KV cache), so its KV-token "
+        "budget is not defined; the memory, capacity, firecount and replay experiments need a "
+        "hybrid model",
+        m.name);
   if (in.weights_gib < 0 && !m.weights_unknown.empty())
     fail(
         "memory budget: the weights of model '{}' are not known ({}); give --weights-gib (GiB "
@@ -97,13 +104,6 @@ Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetIn
   b.active = pool_bytes(A, act);
   b.checkpoint = pool_bytes(in.ckpt_slots, ck);
   if (in.ckpt_slots == 0) b.checkpoint.total = SlotBytes{};  // no pool at all
-  b.kv_bytes_per_token = kv_bytes_per_token(m, d);
-  if (b.kv_bytes_per_token == 0)
-    fail(
-        "memory budget: model '{}' has no full-attention layers (no KV cache), so its KV-token "
-        "budget is not defined; the memory, capacity, firecount and replay experiments need a "
-        "hybrid model",
-        m.name);
   const double engine_left =
       b.rest_bytes - static_cast<double>(A) * static_cast<double>(act.total());
   const double correct_left = b.rest_bytes - static_cast<double>(b.active.total.total()) -
