@@ -82,6 +82,7 @@ std::string summary_key_unit(const std::string& key) {
     return "1";
   if (has("relerr")) return "1 (relative Frobenius error)";
   if (ends_with(last, "gbps")) return "GB/s";
+  if (ends_with(last, "gflops")) return "GFLOP/s";
   if (ends_with(last, "tokens_per_s")) return "tokens/s";
   if (ends_with(last, "_ms")) return "ms";
   if (ends_with(last, "rps")) return "requests/s";

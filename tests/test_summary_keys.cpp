@@ -88,6 +88,7 @@ TEST(SummaryKeys, UnitsFromTheKeyName) {
       {"capacity.int8.knee_K", "distinct prefixes"},
       {"capacity.cuda.hit_p50_ms", "ms"},
       {"bench.copy.gbps", "GB/s"},
+      {"bench.cpu_reference_fp32.gflops", "GFLOP/s"},
       {"replay.bf16.wall_s", "s"},
       {"replay.bf16.token_hit_rate", "1"},
       {"replay.bf16.evictions", "count"},
