@@ -229,6 +229,15 @@ TEST(StatesPerLayer, IndicesAreConsecutiveOrTheModelsLayerIndices) {
   write_safetensors(dir.file("a.safetensors"), {{"layers.0.ssm_state", layer_tensor(0, 1)},
                                                 {"layers.2.ssm_state", layer_tensor(1, 1)}});
   expect_states(read_states_file(dir.file("a.safetensors"), m), 1);
+  {
+    H5Writer w(dir.file("nested.h5"));  // groups named by the model's indices 0 and 2
+    w.write("layers/0/ssm_state", as_doubles(layer_tensor(0, 1)), {2, 16, 16}, "1", "layer 0");
+    w.write("layers/2/ssm_state", as_doubles(layer_tensor(1, 1)), {2, 16, 16}, "1", "layer 2");
+    w.commit();
+  }
+  expect_states(read_states_file(dir.file("nested.h5"), m, "layers/{i}/ssm_state"), 1);
+  EXPECT_FALSE(hdf5_has_dataset(dir.file("nested.h5"), "layers/1/ssm_state"));
+  EXPECT_FALSE(hdf5_has_dataset(dir.file("nested.h5"), "layers"));  // a group
   write_safetensors(dir.file("b.safetensors"), {{"layers.3.ssm_state", layer_tensor(0, 1)},
                                                 {"layers.5.ssm_state", layer_tensor(1, 1)}});
   const std::string err = error_of([&] { read_states_file(dir.file("b.safetensors"), m); });

@@ -187,7 +187,19 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
   if (matched.empty() && hdf5 && pattern.find('/') != std::string::npos) {
     const std::string pre = pattern.substr(0, pattern.find("{i}")),
                       post = pattern.substr(pattern.find("{i}") + 3);
-    for (int l : m.linear_layers) matched.push_back({l, pre + std::to_string(l) + post});
+    const auto named = [&](const std::vector<int>& indices) {
+      std::vector<std::pair<int, std::string>> out;
+      for (int i : indices) {
+        const std::string n = pre + std::to_string(i) + post;
+        if (!hdf5_has_dataset(path, n)) return std::vector<std::pair<int, std::string>>{};
+        out.push_back({i, n});
+      }
+      return out;
+    };
+    std::vector<int> consecutive(L);
+    for (size_t l = 0; l < L; ++l) consecutive[l] = static_cast<int>(l);
+    matched = named(consecutive);
+    if (matched.empty()) matched = named(m.linear_layers);
   }
   if (matched.size() != L) {
     std::vector<std::string> m_names;

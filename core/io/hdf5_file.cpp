@@ -285,6 +285,27 @@ std::vector<std::string> hdf5_dataset_names(const std::string& path) {
   return found.names;
 }
 
+bool hdf5_has_dataset(const std::string& path, const std::string& name) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || H5Fis_hdf5(path.c_str()) <= 0) return false;
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return false;
+  bool found = true;
+  // Each group on the way must exist before H5Lexists may look one level deeper.
+  for (size_t at = name.find('/'); found; at = name.find('/', at + 1)) {
+    const std::string part = name.substr(0, at);
+    found = !part.empty() && H5Lexists(file, part.c_str(), H5P_DEFAULT) > 0;
+    if (at == std::string::npos) break;
+  }
+  if (found) {
+    H5O_info_t info;
+    found = H5Oget_info_by_name(file, name.c_str(), &info, H5P_DEFAULT) >= 0 &&
+            info.type == H5O_TYPE_DATASET;
+  }
+  H5Fclose(file);
+  return found;
+}
+
 FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
                            const ShapeCheck& check) {
   if (!std::filesystem::exists(path)) fail("{}: no such file", path);
