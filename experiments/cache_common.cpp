@@ -1,5 +1,7 @@
 #include "experiments/cache_common.h"
 
+#include <algorithm>
+
 #include "core/util/error.h"
 
 namespace statecheck {
@@ -36,10 +38,13 @@ int64_t kv_tokens_for_pools(const Budget& b, const ModelConfig& m) {
   if (b.kv_tokens_correct < 1)
     fail(
         "memory budget: model {} at TP {}: the state pools ({} active slots, {:.2f} GiB; {} "
-        "checkpoint slots, {:.2f} GiB) leave no memory for the KV cache ({:.2f} GiB for caches); "
-        "lower --active-slots / --ckpt-slots or raise --gpu-mem-gib",
+        "checkpoint slots, {:.2f} GiB) leave no memory for the KV cache ({:.2f} GiB for caches, "
+        "short by {:.2f} GiB); lower --active-slots / --ckpt-slots or raise --gpu-mem-gib",
         m.name, m.tp, b.active.slots, b.active.total.total() / kGiB, b.checkpoint.slots,
-        b.checkpoint.total.total() / kGiB, b.rest_bytes / kGiB);
+        b.checkpoint.total.total() / kGiB, b.rest_bytes / kGiB,
+        std::max(0.0, static_cast<double>(b.active.total.total() + b.checkpoint.total.total()) -
+                          b.rest_bytes) /
+            kGiB);
   return b.kv_tokens_correct;
 }
 

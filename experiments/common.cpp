@@ -12,6 +12,7 @@
 #include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
+#include "experiments/summary_keys.h"
 
 namespace statecheck {
 
@@ -36,6 +37,10 @@ std::vector<InputPath> run_inputs(const Options& o) {
   if (!o.trace.empty()) in.push_back({"--trace", o.trace});
   std::error_code ec;
   if (std::filesystem::is_regular_file(o.model, ec)) in.push_back({"--model", o.model});
+  // A model folder (the Hugging Face layout): its config.json is the input.
+  const std::string in_folder = (std::filesystem::path(o.model) / "config.json").string();
+  if (std::filesystem::is_directory(o.model, ec) && std::filesystem::is_regular_file(in_folder, ec))
+    in.push_back({"--model", in_folder});
   return in;
 }
 
@@ -119,19 +124,23 @@ int run_experiment(const Options& o) {
   require_cuda_if_asked(o, *it);
   const ModelConfig model = options_model(o);
   check_drive_option(o, model);
-  check_run_outputs(o, {o.out_path()});
+  const std::string out = o.out_path();  // once: the default name carries the time
+  check_run_outputs(o, {out});
   auto rows = load_thresholds(thresholds_path());  // before the work: a bad file costs nothing
-  H5Writer file(o.out_path());
-  RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
+  upgrade_threshold_keys(rows);
+  H5Writer file(out);
+  const RunInfo info = RunInfo::collect(o.command_line, o.seed, model.name);
+  info.write_to(file);
   file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
   file.attr("/", "tp", static_cast<int64_t>(model.tp));
-  Summary summary;
-  it->run(o, model, file, summary);
+  Summary measured;
+  it->run(o, model, file, measured);
+  const Summary summary = with_experiment_prefix(o.experiment, measured);
   file.close();
   print_summary(summary, o.experiment);
   print_threshold_table(summary, rows, false);
   // The summary first: if it cannot be written, the result file is not moved into place either.
-  if (!o.summary.empty()) write_summary_json(o.summary, summary, &rows);
+  if (!o.summary.empty()) write_run_summary(o.summary, summary, rows, info, model.tp, o);
   file.commit();
   fmt::print("\nwrote {}{}\n", file.path(), o.summary.empty() ? "" : " and " + o.summary);
   return 0;

@@ -30,7 +30,8 @@ StatesSource options_states_source(const Options& o, const ModelConfig& m);
 // The request trace replay reads: --trace, else the shipped one.
 std::string trace_path(const Options& o);
 
-// The files a run reads: --states, --trace and --model when it names a file.
+// The files a run reads: --states, --trace and --model when it names a file (or a folder: its
+// config.json).
 std::vector<InputPath> run_inputs(const Options& o);
 
 // Refuses, before any work, result paths that would destroy something: each of `outs` and the

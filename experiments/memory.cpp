@@ -5,9 +5,11 @@
 // 0: 2A) it reports the active and checkpoint pools in bytes and GiB (2^30; engines print these as
 // "GB"), per part (temporal, scales, conv), and the KV-token budget of --gpu-mem-gib x
 // --mem-fraction - weights under the engine's accounting (checkpoint pool and slot 0 not
-// subtracted) and the correct one, side by side. The same table is computed for every shipped
-// model at its default TP, and SGLang's automatic active-pool size (mamba_full_memory_ratio 0.9)
-// is reported next to the given A.
+// subtracted) and the correct one, side by side. The table's first row (and the plot's first
+// bars) is the model and TP asked for (a shipped name, a config file or a folder); with
+// --compare-shipped every shipped model at its default TP follows, each with the weights of its
+// own parameter count (--weights-gib applies to the asked model only). SGLang's automatic
+// active-pool size (mamba_full_memory_ratio 0.9) is reported next to the given A.
 //
 // measure_memory computes the budgets (MemoryResult); record_memory writes them into the result
 // file and the summary and prints the table.
@@ -35,10 +37,13 @@ struct ModelMemory {
   Budget auto_budget;  // SGLang's automatic active pool (ratio split), no checkpoint pool
 };
 
-ModelMemory model_memory(const ModelConfig& m, const StateDtypes& dt, const Options& o) {
-  const BudgetInputs bi = options_budget_inputs(o, true);
-  return ModelMemory{m, compute_budget(m, dt, bi),
-                     compute_budget(m, dt, options_budget_inputs(o, false))};
+// `own_weights`: the weights from the model's parameter count, not --weights-gib (the comparison
+// rows; --weights-gib is the asked model's).
+ModelMemory model_memory(const ModelConfig& m, const StateDtypes& dt, const Options& o,
+                         bool own_weights) {
+  BudgetInputs bi = options_budget_inputs(o, true), auto_bi = options_budget_inputs(o, false);
+  if (own_weights) bi.weights_gib = auto_bi.weights_gib = -1.0;
+  return ModelMemory{m, compute_budget(m, dt, bi), compute_budget(m, dt, auto_bi)};
 }
 
 // A shipped model of the table, at its default TP: its memory, or why these options do not fit
@@ -87,11 +92,12 @@ struct MemoryResult {
   StateDtypes dtypes;
   double gpu_mem_gib = 0.0;  // --gpu-mem-gib, GiB
   double mem_fraction = 0.0;
-  ModelMemory selected;  // the model of --model, --tp
+  bool weights_given = false;  // --weights-gib (else the model's parameter count)
+  ModelMemory selected;        // the model of --model, --tp
   // Bytes of the selected model's active + checkpoint pools beyond the memory for caches (0: they
   // fit); where they do not, its correct KV budget is floored at 0 tokens.
   double state_excess_bytes = 0.0;
-  std::vector<ShippedMemory> shipped;           // in shipped_model_names() order
+  std::vector<ShippedMemory> shipped;           // --compare-shipped: in shipped_model_names() order
   std::vector<WorkingStatePool> working_state;  // the selected model, per working-state format
 };
 
@@ -102,15 +108,17 @@ MemoryResult measure_memory(const Options& o, const ModelConfig& m) {
   r.dtypes = options_dtypes(o);
   r.gpu_mem_gib = o.gpu_mem_gib;
   r.mem_fraction = o.mem_fraction;
-  r.selected = model_memory(m, r.dtypes, o);
+  r.weights_given = o.weights_gib >= 0;
+  r.selected = model_memory(m, r.dtypes, o, false);
   const Budget& b = r.selected.budget;
   r.state_excess_bytes = std::max(
       0.0, static_cast<double>(b.active.total.total() + b.checkpoint.total.total()) - b.rest_bytes);
-  for (const std::string& name : shipped_model_names()) {
+  for (const std::string& name :
+       o.compare_shipped ? shipped_model_names() : std::vector<std::string>{}) {
     const ModelConfig cfg = load_model(name, 0);
     ShippedMemory sm{name, cfg.tp, std::nullopt, ""};
     try {
-      sm.memory = model_memory(cfg, r.dtypes, o);
+      sm.memory = model_memory(cfg, r.dtypes, o, true);
     } catch (const Error& e) {
       sm.not_computed = e.what();
     }
@@ -163,7 +171,7 @@ void write_model(H5Writer& f, const std::string& g, const ModelMemory& mm) {
   f.write_scalar(g + "/kv_bytes_per_token", static_cast<double>(b.kv_bytes_per_token), "bytes",
                  "full-attention KV cache per token per GPU");
   f.write_scalar(g + "/weights_gib", b.weights_bytes / kGiB, "GiB",
-                 "weights per GPU (params x 2 bytes / TP unless given)");
+                 "weights per GPU (params x bytes per weight / TP unless given)");
   f.write_scalar(g + "/cache_memory_gib", b.rest_bytes / kGiB, "GiB",
                  "device memory x mem_fraction - weights - reserves");
   f.write_scalar(g + "/kv_tokens_engine", static_cast<double>(b.kv_tokens_engine), "tokens",
@@ -269,7 +277,22 @@ void record_memory(const MemoryResult& r, H5Writer& file, Summary& summary) {
   fmt::print("memory: {:<22} {:>14} {:>14} {:>12} {:>12} {:>14} {:>14} {:>12}\n", "model (TP)",
              "active B/slot", "ckpt B/slot", "active GiB", "ckpt GiB", "KV tok engine",
              "KV tok correct", "auto A");
-  std::vector<std::string> names, not_computed;
+  // The asked model first; its group is "selected" (the plot draws the groups of memory/models).
+  const auto row = [](const std::string& label, const ModelMemory& mm) {
+    fmt::print("memory: {:<22} {:>14} {:>14} {:>12.3f} {:>12.3f} {:>14} {:>14} {:>12}\n", label,
+               mm.budget.active.per_slot.total(), mm.budget.checkpoint.per_slot.total(),
+               mm.budget.active.total.total() / kGiB, mm.budget.checkpoint.total.total() / kGiB,
+               mm.budget.kv_tokens_engine, mm.budget.kv_tokens_correct,
+               mm.auto_budget.active.slots);
+  };
+  row(fmt::format("{} ({})", m.name, m.tp), sel);
+  fmt::print("memory: weights {:.2f} GiB per GPU ({}), memory for caches {:.2f} GiB\n",
+             b.weights_bytes / kGiB,
+             r.weights_given ? "--weights-gib"
+                             : fmt::format("{:.2f}B parameters x {} bytes / TP {}",
+                                           m.params_billion, m.weight_bytes_per_param, m.tp),
+             b.rest_bytes / kGiB);
+  std::vector<std::string> names = {"selected"}, not_computed;
   for (const ShippedMemory& sm : r.shipped) {
     const std::string& name = sm.name;
     if (!sm.memory) {
@@ -293,14 +316,13 @@ void record_memory(const MemoryResult& r, H5Writer& file, Summary& summary) {
                 static_cast<double>(mm.budget.kv_tokens_engine));
     summary.set(fmt::format("memory.{}.kv_tokens.correct", name),
                 static_cast<double>(mm.budget.kv_tokens_correct));
-    fmt::print("memory: {:<22} {:>14} {:>14} {:>12.3f} {:>12.3f} {:>14} {:>14} {:>12}\n",
-               fmt::format("{} ({})", name, sm.tp), mm.budget.active.per_slot.total(),
-               mm.budget.checkpoint.per_slot.total(), mm.budget.active.total.total() / kGiB,
-               mm.budget.checkpoint.total.total() / kGiB, mm.budget.kv_tokens_engine,
-               mm.budget.kv_tokens_correct, mm.auto_budget.active.slots);
+    row(fmt::format("{} ({})", name, sm.tp), mm);
   }
+  if (r.shipped.empty())
+    fmt::print("memory: (--compare-shipped adds the shipped models at their default TP)\n");
   file.write_strings(g + "/models", names,
-                     "shipped models (each at its default TP), one group each");
+                     "groups drawn, in order: 'selected' (the model and TP asked for), then with "
+                     "--compare-shipped each shipped model at its default TP");
   if (!not_computed.empty())
     file.write_strings(g + "/models_not_computed", not_computed,
                        "shipped models these options do not fit, with the reason");

@@ -2,8 +2,11 @@
 #include "experiments/options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
+#include <ctime>
+#include <filesystem>
 #include <initializer_list>
 #include <map>
 #include <sstream>
@@ -43,8 +46,46 @@ Dtype Options::scale_dtype_or_default() const {
   return scale_dtype.value_or(temporal_dtype);
 }
 
+namespace {
+std::string utc_stamp() {
+  char buf[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+}  // namespace
+
 std::string Options::out_path() const {
-  return out.empty() ? "results/" + experiment + ".h5" : out;
+  if (!out.empty()) return out;
+  return "results/runs/" + experiment + "-" + (run_stamp.empty() ? utc_stamp() : run_stamp) + ".h5";
+}
+
+void check_output_extensions(const Options& o) {
+  if (!o.out.empty()) {
+    const std::string ext = lower_extension(o.out);
+    if (o.experiment == "suite") {
+      if (ext == ".h5" || ext == ".hdf5" || ext == ".json")
+        fail("--out {}: suite writes a folder of result files, not one {} file; give a folder",
+             o.out, ext);
+    } else if (!ext.empty() && ext != ".h5" && ext != ".hdf5") {
+      fail("--out {}: {} writes an HDF5 result file, and '{}' names another format; use .h5", o.out,
+           o.experiment, ext);
+    }
+  }
+  if (!o.summary.empty()) {
+    const std::string ext = lower_extension(o.summary);
+    if (!ext.empty() && ext != ".json")
+      fail("--summary {}: the summary is JSON, and '{}' names another format; use .json", o.summary,
+           ext);
+  }
 }
 
 uint64_t parse_seed(const std::string& text) {
@@ -57,32 +98,13 @@ uint64_t parse_seed(const std::string& text) {
 }
 
 std::vector<std::string> experiment_option_names() {
-  return {"seed",
-          "threads",
-          "quick",
-          "drive",
-          "states",
-          "prefill",
-          "decode",
-          "codec",
-          "chain-tokens",
-          "chain-layers",
-          "trace",
-          "trace-bad-lines",
-          "active-slots",
-          "ckpt-slots",
-          "strategy",
-          "temporal-dtype",
-          "scale-dtype",
-          "conv-dtype",
-          "gpu-mem-gib",
-          "mem-fraction",
-          "weights-gib",
-          "no-payload",
-          "chunk-granularity",
-          "track-interval",
-          "chunked-prefill",
-          "max-running"};
+  return {
+      "seed",           "threads",         "quick",           "drive",        "states",
+      "states-key",     "prefill",         "decode",          "codec",        "chain-tokens",
+      "chain-layers",   "trace",           "trace-bad-lines", "active-slots", "ckpt-slots",
+      "strategy",       "temporal-dtype",  "scale-dtype",     "conv-dtype",   "gpu-mem-gib",
+      "mem-fraction",   "weights-gib",     "compare-shipped", "no-payload",   "chunk-granularity",
+      "track-interval", "chunked-prefill", "max-running"};
 }
 
 void reset_option(Options& o, const std::string& option) {
@@ -122,6 +144,7 @@ struct OptionText {
   std::string device = "cpu";
   std::string drive;
   std::string states;
+  std::string states_key;
   std::string codec = "int8";
   std::string strategy = "extra_buffer";
   std::string temporal_dtype = "fp32";
@@ -142,7 +165,8 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   auto common = d.common.add_options();
   common("help,h", "show this help");
   common("model", po::value(&o.model)->default_value(o.model),
-         "shipped model name or path to a config .json");
+         "shipped model name (any case), a config .json (statecheck or Hugging Face) or a model "
+         "folder holding config.json");
   common("tp", po::value(&o.tp)->default_value(0),
          "tensor-parallel degree (0: the model's default_tp)");
   common("seed", po::value(&t.seed)->default_value(t.seed),
@@ -152,9 +176,17 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   common("drive", po::value(&t.drive),
          "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm "
          "implies --model data/tinylm/config.json in codec and chain)");
-  common("states", po::value(&t.states), "states file for --drive states (safetensors or HDF5)");
+  common("states", po::value(&t.states),
+         "states file for --drive states (safetensors or HDF5): one tensor [L, HV, d_v, d_k] or "
+         "[L, N, HV, d_v, d_k] named 'state' (or the only one), or one tensor per layer");
+  common("states-key", po::value(&t.states_key),
+         "--drive states: the tensor to read, or a per-layer pattern with {i} for the layer "
+         "index, e.g. 'layers.{i}.ssm_state' (default: 'state', the only tensor, or the one "
+         "pattern naming a tensor per linear-attention layer)");
   common("quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)");
-  common("out", po::value(&o.out), "result file (.h5); suite: result directory (default results)");
+  common("out", po::value(&o.out),
+         "result file (.h5; default results/runs/<experiment>-<UTC time>.h5); suite: result "
+         "directory (default results)");
   common("summary", po::value(&o.summary), "write the flat summary JSON here");
   common("threads", po::value(&o.threads)->default_value(0),
          "worker threads (0: all hardware threads)");
@@ -185,7 +217,9 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   cache("mem-fraction", po::value(&o.mem_fraction)->default_value(o.mem_fraction),
         "mem_fraction_static");
   cache("weights-gib", po::value(&o.weights_gib)->default_value(-1.0),
-        "weights per GPU, GiB (<0: from params)");
+        "weights per GPU of the asked model, GiB (<0: from its parameter count)");
+  cache("compare-shipped", po::bool_switch(&o.compare_shipped),
+        "memory: add every shipped model (at its default TP) to the table and plot");
   cache("trace", po::value(&o.trace), "replay: Mooncake-format trace (default: the shipped one)");
   cache("no-payload", po::bool_switch(&o.no_payload),
         "cache experiments: bookkeeping only, no state payloads");
@@ -239,6 +273,14 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
     o.drive = parse_drive(t.drive, t.states);
   else if (!t.states.empty())
     fail("--states {} is given without --drive states", t.states);
+  if (!t.states_key.empty()) {
+    if (!o.drive || o.drive->kind != DriveKind::states)
+      fail("--states-key {} is given without --drive states", t.states_key);
+    const size_t at = t.states_key.find("{i}");
+    if (at != std::string::npos && t.states_key.find("{i}", at + 1) != std::string::npos)
+      fail("--states-key {}: the pattern may hold '{{i}}' once", t.states_key);
+    o.drive->states_key = t.states_key;
+  }
 }
 
 // The ranges of the numbers and the input files.
@@ -339,6 +381,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   if (o.experiment.empty()) return cl;
   if (vm.count("drive") && t.drive.empty()) fail("--drive needs a name");
+  if (vm.count("states-key") && t.states_key.empty()) fail("--states-key needs a name or pattern");
   if (vm.count("out") && o.out.empty()) fail("--out needs a path");
   if (vm.count("summary") && o.summary.empty()) fail("--summary needs a path");
   if (vm.count("scale-dtype") && t.scale_dtype.empty())
@@ -357,9 +400,18 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   resolve_typed(t, vm.count("drive") != 0, o);
   check_values(o);
+  check_output_extensions(o);
+  o.run_stamp = utc_stamp();
   // Options given to an experiment that does not read them (their values were still checked):
   // said, so that a run is not mistaken for one that used them.
   cl.notes = unread_option_notes(o.experiment, given);
+  // More workers than hardware threads only add contention: clamped, and said.
+  if (o.threads > default_threads()) {
+    cl.notes.push_back(
+        fmt::format("--threads {} is more than the {} hardware threads of this machine; using {}",
+                    o.threads, default_threads(), default_threads()));
+    o.threads = default_threads();
+  }
   // --drive tinylm runs on the tiny model's own shapes: without --model it implies the shipped
   // tiny model's config (data/tinylm/config.json), which is also a statecheck model config; only
   // for the experiments that read --drive (and suite, which refuses the drive with its reason).

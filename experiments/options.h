@@ -38,9 +38,12 @@ struct Options {
   // --drive, with --states FILE for 'states' (DriveSpec::states_file); none: default_drive(model).
   std::optional<DriveSpec> drive;
   bool quick = false;
-  std::string out;      // result file; empty: results/<experiment>.h5 (suite: result directory)
-  std::string summary;  // summary JSON; empty: none (suite: <out>/summary.json)
-  int threads = 0;      // 0: hardware threads
+  // Result file; empty: results/runs/<experiment>-<run_stamp>.h5, so that a single run never
+  // replaces a suite's results/<experiment>.h5 (suite: the result directory, default results).
+  std::string out;
+  std::string run_stamp;  // UTC time of the parse, YYYYMMDDTHHMMSSZ (empty: the time of the call)
+  std::string summary;    // summary JSON; empty: none (suite: <out>/summary.json)
+  int threads = 0;        // 0: hardware threads; more than the hardware has: clamped, with a note
   std::string command_line;
 
   // Numerical experiments.
@@ -61,7 +64,7 @@ struct Options {
   Dtype conv_dtype = Dtype::bf16;      // bf16
   double gpu_mem_gib = 141e9 / 1073741824.0;  // an H200: 141 GB = 131.3 GiB
   double mem_fraction = 0.88;
-  double weights_gib = -1.0;   // < 0: params_billion * 2 bytes / TP
+  double weights_gib = -1.0;   // < 0: from the asked model's parameter count
   std::string trace;           // replay: Mooncake trace (empty: the shipped one, trace_path)
   bool no_payload = false;     // cache experiments: bookkeeping only, no state payloads
   int chunk_granularity = 64;  // Cg: state chunk granularity (SGLang mamba_cache_chunk_size)
@@ -69,11 +72,13 @@ struct Options {
   int track_interval = 256;    // extra_buffer decode track interval (SGLang mamba_track_interval)
   int max_running = 0;         // 0: active slots / (3 + tracking slots), as SGLang
   BadLines trace_bad_lines = BadLines::reject;  // replay: malformed trace lines
+  // memory: add the shipped models' rows (each at its default TP) after the asked model's
+  bool compare_shipped = false;
 
   // Resolved helpers.
   int thread_count() const;
   Dtype scale_dtype_or_default() const;  // scale_dtype, else the temporal dtype
-  std::string out_path() const;          // out, or results/<experiment>.h5
+  std::string out_path() const;          // out, or results/runs/<experiment>-<run_stamp>.h5
 };
 
 // A parsed command line.
@@ -94,6 +99,11 @@ struct CommandLine {
 // unknown) and statecheck::Error naming the option for a bad value. An experiment name is not
 // checked here (run_experiment refuses unknown ones).
 CommandLine parse_command_line(const std::vector<std::string>& args);
+
+// The extension check of the result paths: a single experiment's --out is HDF5 (no extension, .h5
+// or .hdf5), suite's --out a folder (not named .h5, .hdf5 or .json), --summary JSON (no extension
+// or .json). Throws statecheck::Error naming the option, the path and the format.
+void check_output_extensions(const Options& o);
 
 // The usage line and the experiments of the registry, one line each.
 std::string command_line_usage();

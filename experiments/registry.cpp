@@ -41,16 +41,16 @@ std::vector<ExperimentEntry> make_registry() {
   ExperimentEntry codec{"codec",   "round-trip and decode error of each state codec",
                         run_codec, true,
                         true,      K::state_numerics};
-  codec.reads =
-      join({{"seed", "threads", "quick", "drive", "states", "prefill", "decode"}, dtypes});
+  codec.reads = join(
+      {{"seed", "threads", "quick", "drive", "states", "states-key", "prefill", "decode"}, dtypes});
 
   ExperimentEntry chain{
       "chain",   "state error after n chained checkpoints, with the no-contraction ablation",
       run_chain, true,
       true,      K::state_numerics};
-  chain.reads = join(
-      {{"seed", "threads", "quick", "drive", "states", "codec", "chain-tokens", "chain-layers"},
-       dtypes});
+  chain.reads = join({{"seed", "threads", "quick", "drive", "states", "states-key", "codec",
+                       "chain-tokens", "chain-layers"},
+                      dtypes});
 
   ExperimentEntry memory{
       "memory",
@@ -59,7 +59,7 @@ std::vector<ExperimentEntry> make_registry() {
       true,
       false,
       K::cache_model};
-  memory.reads = join({pools, budget});
+  memory.reads = join({pools, budget, {"compare-shipped"}});
 
   ExperimentEntry capacity{
       "capacity",

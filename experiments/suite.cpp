@@ -22,6 +22,7 @@
 #include "core/workloads/mooncake_trace.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"
+#include "experiments/summary_keys.h"
 
 extern char** environ;
 
@@ -122,6 +123,7 @@ int run_suite(const Options& base) {
     if (e.in_suite && e.name == "replay")
       load_mooncake_trace(trace_path(base), base.trace_bad_lines);
   auto rows = load_thresholds(thresholds_path());  // before the work: a bad file costs nothing
+  upgrade_threshold_keys(rows);
   // Removed again (if empty) when the suite fails; kept once its files are committed.
   CreatedDirectories result_dir("--out " + dir, dir);
   Summary all;
@@ -147,8 +149,9 @@ int run_suite(const Options& base) {
     RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
     file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
     file.attr("/", "tp", static_cast<int64_t>(model.tp));
-    Summary s;
-    e.run(o, model, file, s);
+    Summary measured;
+    e.run(o, model, file, measured);
+    const Summary s = with_experiment_prefix(e.name, measured);
     file.close();
     for (const auto& [k, v] : s.values()) fmt::print("  {:<56} {:.6g}\n", k, v);
     all.merge(s);
@@ -161,7 +164,8 @@ int run_suite(const Options& base) {
   // Named, so that a misspelled key (a limit that can never be measured) shows.
   if (skipped)
     fmt::print("  ({} limits not measured by this build or protocol: {})\n", skipped, unmeasured);
-  write_summary_json(summary_path, all, &rows);
+  write_run_summary(summary_path, all, rows,
+                    RunInfo::collect(base.command_line, base.seed, model.name), model.tp, base);
   for (auto& f : files) f->commit();
   result_dir.keep();
   fmt::print("\nwrote {}/*.h5 and {}\n", dir, summary_path);

@@ -2,8 +2,11 @@
 """Compares two summary JSON files (statecheck --summary, or a suite's summary.json) key by key.
 
 Timing keys (wall times, GB/s, fractions of copy, latencies, throughputs and the bench group)
-vary from run to run and are left out; every other key must be identical, value for value (NaN
-equals NaN). Prints each differing or missing key with its relative difference, then a count.
+vary from run to run and are left out, and so are the objects beside the metrics ("meta",
+"units", "renamed", "thresholds"); every other key must be identical, value for value (NaN
+equals NaN). Keys of the previous release (codec keys without the "codec." prefix, "cuda.*") are
+compared under their current names, so a summary written before the rename compares with one
+written after it. Prints each differing or missing key with its relative difference, then a count.
 Exit 0 when the deterministic keys agree, 1 otherwise, 2 on unreadable input.
 
 usage: scripts/compare_summaries.py OLD.json NEW.json
@@ -14,6 +17,21 @@ import sys
 
 TIMING = ("bench.", "wall_s", "seconds", "capacity.cuda", "per_s", "gbps", "fraction_of_copy",
           "_ms", "rps")
+NOT_METRICS = ("meta", "units", "renamed", "thresholds")
+# First parts of the codec keys of the previous release (experiments/summary_keys.h).
+CODECS = ("fp32", "bf16", "int8", "int8_bf16_scale", "int8_fp32_scale", "fp8_e4m3",
+          "fp8_e4m3_raw", "fp8_e4m3_bf16_scale", "fp8_e4m3_fp32_scale")
+
+
+def current_key(key):
+    """The current name of a previous-release key (experiments/summary_keys.cpp)."""
+    if key.startswith("cuda.chain."):
+        return "chain.cuda." + key[len("cuda.chain."):]
+    if key.startswith("cuda."):
+        return "codec." + key
+    if key.split(".", 1)[0] in CODECS and "." in key:
+        return "codec." + key
+    return key
 
 
 def load(path):
@@ -26,7 +44,8 @@ def load(path):
     if not isinstance(data, dict):
         print(f"compare_summaries: {path}: not a JSON object of keys", file=sys.stderr)
         sys.exit(2)
-    return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in data.items()}
+    return {current_key(k): (v.get("value") if isinstance(v, dict) else v)
+            for k, v in data.items() if k not in NOT_METRICS}
 
 
 def same(a, b):

@@ -196,11 +196,11 @@ def plot_kl(f, out):
 
 
 def plot_memory(f, out):
-    """Pool sizes per shipped model (GiB) and the KV budget under both accountings
-    (experiments/memory.cpp)."""
+    """Pool sizes (GiB) and the KV budget under both accountings of the model and TP asked for
+    (group "selected"), then of the shipped models with --compare-shipped (experiments/memory.cpp)."""
     g = f["memory"]
     names = _strings(g["models"])
-    if not names:  # no shipped model fits the run's options (memory/models_not_computed)
+    if not names:
         return []
     parts = [("active", "temporal_gib", "active: temporal"), ("active", "conv_gib", "active: conv"),
              ("checkpoint", "temporal_gib", "checkpoint: int8 temporal"),
@@ -216,7 +216,8 @@ def plot_memory(f, out):
             ax.bar(x + offset, v, 0.38, bottom=bottom, label=label)
             bottom += v
     slots = [int(g[names[0]]["active"]["slots"][()]), int(g[names[0]]["checkpoint"]["slots"][()])]
-    labels = [f"{n}\nTP {_attr(g[n], 'tp')}" for n in names]
+    labels = [f"{_attr(g[n], 'model')}\nTP {_attr(g[n], 'tp')}" + (" (asked)" if n == "selected" else "")
+              for n in names]
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_xlabel("model (left bar: active pool, right bar: int8 checkpoint pool)")
     ax.set_ylabel("pool memory per GPU (GiB, 2^30 bytes)")

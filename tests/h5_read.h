@@ -35,11 +35,13 @@ inline std::vector<std::string> read_h5_strings(const std::string& path, const s
 }
 
 // String attribute `name` of object `obj` ("/" for the root); `found` tells whether it exists
-// and is a fixed-length string.
+// and is a string (fixed or variable length); `variable` (if given) whether it is variable length.
 inline std::string read_h5_string_attr(const std::string& path, const std::string& obj,
-                                       const std::string& name, bool* found) {
+                                       const std::string& name, bool* found,
+                                       bool* variable = nullptr) {
   std::string out;
   *found = false;
+  if (variable) *variable = false;
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) return out;
   if (H5Aexists_by_name(f, obj.c_str(), name.c_str(), H5P_DEFAULT) > 0) {
@@ -51,6 +53,18 @@ inline std::string read_h5_string_attr(const std::string& path, const std::strin
         out = buf.data();
         *found = true;
       }
+    } else if (H5Tget_class(type) == H5T_STRING) {
+      char* text = nullptr;
+      const hid_t mem = H5Tcopy(H5T_C_S1);
+      H5Tset_size(mem, H5T_VARIABLE);
+      H5Tset_cset(mem, H5Tget_cset(type));
+      if (H5Aread(a, mem, &text) >= 0 && text) {
+        out = text;
+        *found = true;
+        if (variable) *variable = true;
+        H5free_memory(text);
+      }
+      H5Tclose(mem);
     }
     H5Tclose(type);
     H5Aclose(a);

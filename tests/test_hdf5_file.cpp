@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include "core/io/hdf5_file.h"
 #include "core/util/error.h"
 #include "tests/error_of.h"
+#include "tests/h5_read.h"
 #include "tests/h5_write.h"
 #include "tests/temp_dir.h"
 
@@ -37,6 +39,37 @@ TEST(Hdf5, WriterOutputReadsBack) {
   EXPECT_EQ(v, (std::vector<double>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(read_hdf5_doubles(path, "codec/int8/scalar")[0], 0.5);
   EXPECT_THROW(read_hdf5_doubles(path, "nope"), Error);
+}
+
+// String attributes are variable-length UTF-8 (h5py returns them as str, not bytes), with the text
+// intact: empty, non-ASCII, and the units attribute of a dataset.
+TEST(Hdf5, StringAttributesAreVariableLengthUtf8) {
+  const std::string path = temp_path("vlen.h5");
+  {
+    H5Writer w(path);
+    w.attr("/", "model", std::string("qwen3.5-35b-a3b"));
+    w.attr("/", "empty", std::string());
+    w.attr("/", "utf8", std::string("\xce\xbc = 2^-8"));
+    w.write_scalar("g/x", 1.0, "GiB", "d");
+    w.commit();
+  }
+  for (const auto& [obj, name, want] :
+       {std::tuple<std::string, std::string, std::string>{"/", "model", "qwen3.5-35b-a3b"},
+        {"/", "empty", ""},
+        {"/", "utf8", "\xce\xbc = 2^-8"},
+        {"g/x", "units", "GiB"}}) {
+    bool found = false, variable = false;
+    EXPECT_EQ(test_support::read_h5_string_attr(path, obj, name, &found, &variable), want);
+    EXPECT_TRUE(found) << name;
+    EXPECT_TRUE(variable) << name;
+  }
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t a = H5Aopen_by_name(f, "/", "model", H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t t = H5Aget_type(a);
+  EXPECT_EQ(H5Tget_cset(t), H5T_CSET_UTF8);
+  H5Tclose(t);
+  H5Aclose(a);
+  H5Fclose(f);
 }
 
 TEST(Hdf5, UncommittedResultLeavesTheEarlierFileUntouched) {

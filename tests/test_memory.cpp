@@ -1,14 +1,24 @@
-// Memory of the state pools and the KV budget (docs/cache_model.md sections 1 and 5), against values
-// computed by hand from the models' public configs (docs/numerics.md, "Real model shapes").
+// Memory of the state pools and the KV budget (docs/cache_model.md sections 1 and 5), against
+// values computed by hand from the models' public configs (docs/numerics.md, "Real model shapes").
 #include <cmath>
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include "core/io/hdf5_file.h"
+#include "core/io/summary.h"
 #include "core/memory/memory_budget.h"
 #include "core/util/error.h"
+#include "experiments/experiment.h"
 #include "tests/error_of.h"
+#include "tests/h5_read.h"
+#include "tests/temp_dir.h"
 
 using namespace statecheck;
+using statecheck::test_support::read_h5_int_attr;
+using statecheck::test_support::read_h5_string_attr;
+using statecheck::test_support::read_h5_strings;
 
 namespace {
 StateDtypes fp32_states() {
@@ -120,6 +130,102 @@ TEST(Memory, ModelWithoutKvCacheIsRefusedForWhatItIs) {
   const std::string err =
       test_support::error_of([&] { compute_budget(m, fp32_states(), BudgetInputs()); });
   EXPECT_NE(err.find("model 'tinylm-kjv-gdn' has no full-attention layers (no KV cache)"),
+            std::string::npos)
+      << err;
+}
+
+// ---- the memory experiment: the table and plot show the model and TP asked for ---------------
+
+namespace {
+struct MemoryRun {
+  std::string stdout_text;
+  std::string h5;
+};
+
+MemoryRun run_memory_experiment(Options o, const test_support::TempDir& dir,
+                                const std::string& tag) {
+  o.experiment = "memory";
+  MemoryRun r;
+  r.h5 = dir.file(tag + ".h5");
+  H5Writer file(r.h5);
+  Summary summary;
+  testing::internal::CaptureStdout();
+  run_memory(o, load_model(o.model, o.tp), file, summary);
+  r.stdout_text = testing::internal::GetCapturedStdout();
+  file.commit();
+  return r;
+}
+}  // namespace
+
+// `memory --model qwen3.5-35b-a3b --tp 8`: the first row and the first plotted group are TP 8
+// (8 layers' heads: 32 / 8 = 4 value heads per GPU, half the TP 4 slot); no shipped rows unless
+// asked for.
+TEST(MemoryExperiment, TableAndPlotShowTheAskedModelAndTp) {
+  const test_support::TempDir dir("memory_asked");
+  Options o;
+  o.tp = 8;
+  const MemoryRun r = run_memory_experiment(o, dir, "tp8");
+  const ModelConfig tp8 = load_model("qwen3.5-35b-a3b", 8);
+  const uint64_t slot = active_slot_bytes(tp8, StateDtypes{}).total();
+  EXPECT_NE(r.stdout_text.find(fmt::format("{:<22} {:>14}", "qwen3.5-35b-a3b (8)", slot)),
+            std::string::npos)
+      << r.stdout_text;
+  EXPECT_EQ(r.stdout_text.find("qwen3.5-35b-a3b (4)"), std::string::npos) << r.stdout_text;
+  EXPECT_EQ(r.stdout_text.find("kimi-linear-48b-a3b"), std::string::npos) << r.stdout_text;
+  EXPECT_EQ(read_h5_strings(r.h5, "memory/models"), std::vector<std::string>{"selected"});
+  bool found = false;
+  EXPECT_EQ(read_h5_int_attr(r.h5, "memory/selected", "tp", &found), 8);
+  EXPECT_EQ(read_h5_string_attr(r.h5, "memory/selected", "model", &found), "qwen3.5-35b-a3b");
+  EXPECT_EQ(read_hdf5_doubles(r.h5, "memory/selected/active/slot_bytes")[0],
+            static_cast<double>(slot));
+
+  // --compare-shipped adds every shipped model at its default TP, after the asked one.
+  o.compare_shipped = true;
+  const MemoryRun c = run_memory_experiment(o, dir, "compare");
+  std::vector<std::string> want = {"selected"};
+  for (const std::string& n : shipped_model_names()) want.push_back(n);
+  EXPECT_EQ(read_h5_strings(c.h5, "memory/models"), want);
+  EXPECT_LT(c.stdout_text.find("qwen3.5-35b-a3b (8)"), c.stdout_text.find("qwen3.5-35b-a3b (4)"));
+}
+
+// A user's config (a Hugging Face folder) is the table's row; --weights-gib sets its weights and
+// not those of the comparison rows, which keep their own parameter counts.
+TEST(MemoryExperiment, UserConfigIsTheRowAndWeightsGibIsItsOnly) {
+  const test_support::TempDir dir("memory_user");
+  Options o;
+  o.model = std::string(STATECHECK_TEST_DATA_DIR) + "/hf_configs/qwen3-next-80b-a3b";
+  o.tp = 2;
+  o.weights_gib = 12.5;
+  o.compare_shipped = true;
+  const MemoryRun r = run_memory_experiment(o, dir, "user");
+  EXPECT_NE(r.stdout_text.find("qwen3_next (2)"), std::string::npos) << r.stdout_text;
+  EXPECT_EQ(read_hdf5_doubles(r.h5, "memory/selected/weights_gib")[0], 12.5);
+  for (const std::string& n : shipped_model_names()) {
+    const ModelConfig m = load_model(n, 0);
+    EXPECT_NEAR(read_hdf5_doubles(r.h5, "memory/" + n + "/weights_gib")[0],
+                m.params_billion * 1e9 * 2.0 / m.tp / kGiB, 1e-9)
+        << n;
+  }
+}
+
+// `memory --tp 1 --active-slots 1024`: the error shows the memory for caches, the pool's size and
+// the shortfall, each computed here by hand.
+TEST(MemoryExperiment, NoMemoryForTheKvCacheShowsTheArithmetic) {
+  const ModelConfig m = load_model("qwen3.5-35b-a3b", 1);
+  // 30 GDN layers x 32 value heads x 128 x 128 x 4 bytes + 30 x 8192 conv channels x 3 x 2 bytes.
+  const double slot = 30.0 * 32 * 128 * 128 * 4 + 30.0 * 8192 * 3 * 2;
+  const double rest = 141e9 * 0.88 - 35e9 * 2.0;
+  BudgetInputs in;
+  in.active_slots = 1024;
+  in.ckpt_slots = 2048;
+  const std::string err = test_support::error_of([&] { compute_budget(m, StateDtypes{}, in); });
+  EXPECT_NE(
+      err.find(fmt::format("1024 slots x {:.0f} bytes = {:.2f} GiB", slot, 1024 * slot / kGiB)),
+      std::string::npos)
+      << err;
+  EXPECT_NE(err.find(fmt::format("memory for caches {:.2f} GiB", rest / kGiB)), std::string::npos)
+      << err;
+  EXPECT_NE(err.find(fmt::format("short by {:.2f} GiB", (1024 * slot - rest) / kGiB)),
             std::string::npos)
       << err;
 }

@@ -227,3 +227,21 @@ TEST(ModelConfig, OutOfRangeFieldsAreNamed) {
   EXPECT_NE(test_support::error_of([&] { load_model(path); }).find("not valid JSON"),
             std::string::npos);
 }
+
+// `--model DIR` (a Hugging Face model folder holding config.json), names in any case, and the
+// closest shipped name suggested on a miss.
+TEST(ModelConfig, FolderCaseInsensitiveNamesAndSuggestions) {
+  const std::string dir = std::string(STATECHECK_TEST_DATA_DIR) + "/hf_configs/qwen3-next-80b-a3b";
+  const ModelConfig folder = load_model(dir, 4);
+  EXPECT_EQ(folder.linear_layers, load_model("qwen3-next-80b-a3b", 4).linear_layers);
+  EXPECT_EQ(load_model("Qwen3-Next-80B-A3B", 0).name, "qwen3-next-80b-a3b");
+  EXPECT_EQ(load_model("KIMI-LINEAR-48B-A3B", 0).gate, GateKind::kda);
+  const std::string miss = statecheck::test_support::error_of([] { load_model("qwen3-next-80b"); });
+  EXPECT_NE(miss.find("did you mean 'qwen3-next-80b-a3b'?"), std::string::npos) << miss;
+  const std::string far = statecheck::test_support::error_of([] { load_model("llama"); });
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+  EXPECT_EQ(closest_model_name("Qwen3.5-35B"), "qwen3.5-35b-a3b");
+  const std::string empty_dir = std::string(STATECHECK_TEST_DATA_DIR) + "/hf_configs";
+  const std::string no_config = statecheck::test_support::error_of([&] { load_model(empty_dir); });
+  EXPECT_NE(no_config.find("a folder without config.json"), std::string::npos) << no_config;
+}

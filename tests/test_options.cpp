@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -189,6 +190,54 @@ TEST(Options, SeedIsANonNegativeInteger) {
   }
 }
 
+// An output name whose extension names another format is refused; the default result file of a
+// single run lies under results/runs/ with the time in its name, never at the suite's
+// results/<experiment>.h5.
+TEST(Options, OutputExtensionsMatchTheirFormatAndSingleRunsAvoidTheSuiteFiles) {
+  EXPECT_NE(error_of({"--out", "x.json"}).find("--out x.json: codec writes an HDF5 result file"),
+            std::string::npos)
+      << error_of({"--out", "x.json"});
+  EXPECT_NE(error_of({"--summary", "s.h5"}).find("--summary s.h5: the summary is JSON"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--out", "x.h5", "--summary", "s.json"}), "");
+  EXPECT_EQ(error_of({"--out", "x.HDF5"}), "");
+  const auto suite_error = [](const char* out) {
+    try {
+      parse_command_line({"statecheck", "suite", "--out", out});
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(suite_error("r.h5").find("suite writes a folder"), std::string::npos);
+  EXPECT_EQ(suite_error("results-ci"), "");
+  const Options o = parse_command_line({"statecheck", "codec"}).options;
+  ASSERT_EQ(o.run_stamp.size(), 16u) << o.run_stamp;  // YYYYMMDDTHHMMSSZ
+  EXPECT_EQ(o.out_path(), "results/runs/codec-" + o.run_stamp + ".h5");
+  EXPECT_EQ(o.out_path(), o.out_path());  // stable within a run
+  Options suite_run;
+  suite_run.experiment = "suite";
+  const auto& reg = experiment_registry();
+  EXPECT_EQ(suite_experiment_options(suite_run, reg.front(), "results").out_path(),
+            "results/" + reg.front().name + ".h5");
+}
+
+// --threads beyond the hardware threads is clamped to them, with a note; within them it is kept.
+TEST(Options, ThreadsAreClampedToTheHardwareWithANote) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const CommandLine cl = parse_command_line({"statecheck", "codec", "--threads", "4096"});
+  if (hw < 4096) {
+    EXPECT_EQ(cl.options.threads, hw);
+    ASSERT_FALSE(cl.notes.empty());
+    EXPECT_EQ(cl.notes.back(), "--threads 4096 is more than the " + std::to_string(hw) +
+                                   " hardware threads of this machine; using " +
+                                   std::to_string(hw));
+  }
+  const CommandLine one = parse_command_line({"statecheck", "codec", "--threads", "1"});
+  EXPECT_EQ(one.options.threads, 1);
+  EXPECT_TRUE(one.notes.empty());
+}
+
 // Outputs are checked against each other (and their partial files), against the inputs and
 // against the data directory, whose files runs read without naming them.
 TEST(Options, OutputsThatCollideAreRefused) {
@@ -316,6 +365,7 @@ TEST(MemoryExperiment, ShippedModelsThatDoNotFitAreNamedNotFatal) {
   Options o;
   o.experiment = "memory";
   o.gpu_mem_gib = 74.5;
+  o.compare_shipped = true;
   const ModelConfig m = load_model(o.model, o.tp);
   H5Writer file(dir + "m.h5");
   Summary summary;
@@ -477,6 +527,7 @@ TEST(Options, OptionsNotedAsUnreadLeaveTheSummaryUnchanged) {
       {"gpu-mem-gib", [](Options& o) { o.gpu_mem_gib = 120.0; }, true},
       {"mem-fraction", [](Options& o) { o.mem_fraction = 0.8; }, true},
       {"weights-gib", [](Options& o) { o.weights_gib = 30.0; }, true},
+      {"compare-shipped", [](Options& o) { o.compare_shipped = true; }, true},
       {"chunk-granularity", [](Options& o) { o.chunk_granularity = 128; }, false},
       {"track-interval", [](Options& o) { o.track_interval = 128; }, false},
       {"chunked-prefill", [](Options& o) { o.chunked_prefill = 4096; }, false},

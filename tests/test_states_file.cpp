@@ -3,9 +3,12 @@
 // generating formula, shape checks against a model config, and one-line errors for the truncated
 // and the mislabelled file.
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -144,4 +147,130 @@ TEST(StatesFile, Hdf5WithAUserBlockIsRecognised) {
   write_h5_dataset(path, H5T_IEEE_F32LE, v.data(), v.size(), v.size(), 0, false, "", 512);
   EXPECT_NE(error_of([&] { read_states_file(path, m); }).find("has shape [1024]"),
             std::string::npos);  // read as HDF5: its 1-D shape is named
+}
+
+// ---- per-layer tensors ---------------------------------------------------------------------
+
+namespace {
+
+// One layer's tensor [N, HV, d_v, d_k] (N > 1) or [HV, d_v, d_k] of the fixture formula, for the
+// tiny model (HV 2, 16 x 16); `layer` is the position among the linear-attention layers.
+TensorToWrite layer_tensor(int layer, int n_states) {
+  TensorToWrite t;
+  t.shape = n_states > 1 ? std::vector<size_t>{size_t(n_states), 2, 16, 16}
+                         : std::vector<size_t>{2, 16, 16};
+  for (int n = 0; n < n_states; ++n)
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 16; ++j) t.data.push_back(expected(layer, n, h, i, j));
+  return t;
+}
+
+std::vector<double> as_doubles(const TensorToWrite& t) {
+  return std::vector<double>(t.data.begin(), t.data.end());
+}
+
+}  // namespace
+
+// safetensors.torch.save_file dumps: one tensor per layer ("layers.{i}.ssm_state"), beside the
+// conv states; found without --states-key (the one pattern naming L tensors, conv aside) and with
+// it, and the values land on the right layer.
+TEST(StatesPerLayer, SafetensorsLayersFoundByPatternAndByKey) {
+  const ModelConfig m = load_model(kDir + "model_tiny_gdn.json");
+  const std::string path = temp_path("per_layer.safetensors");
+  TensorToWrite conv;
+  conv.shape = {6, 3};
+  conv.data.assign(18, 1.0f);
+  write_safetensors(path, {{"layers.0.ssm_state", layer_tensor(0, 1)},
+                           {"layers.1.ssm_state", layer_tensor(1, 1)},
+                           {"layers.0.conv_state", conv},
+                           {"layers.1.conv_state", conv}});
+  expect_states(read_states_file(path, m), 1);
+  expect_states(read_states_file(path, m, "layers.{i}.ssm_state"), 1);
+  // The conv pattern names two tensors too, of the wrong shape: named in the error.
+  const std::string err = error_of([&] { read_states_file(path, m, "layers.{i}.conv_state"); });
+  EXPECT_NE(err.find("tensor 'layers.0.conv_state' has shape [6, 3]"), std::string::npos) << err;
+}
+
+// HDF5 per-layer datasets at the root and in groups ("layers/{i}/ssm_state", as h5py writes
+// nested keys), with a state axis N = 2.
+TEST(StatesPerLayer, Hdf5RootAndGroupedLayersWithStateAxis) {
+  const ModelConfig m = load_model(kDir + "model_tiny_gdn.json");
+  const std::string root = temp_path("per_layer_root.h5"),
+                    nested = temp_path("per_layer_nested.h5");
+  {
+    H5Writer w(root);
+    for (int l = 0; l < 2; ++l)
+      w.write(fmt::format("model.layers.{}.linear_attn.ssm_state", l),
+              as_doubles(layer_tensor(l, 2)), {2, 2, 16, 16}, "1", "layer state");
+    w.commit();
+    H5Writer g(nested);
+    for (int l = 0; l < 2; ++l)
+      g.write(fmt::format("layers/{}/ssm_state", l), as_doubles(layer_tensor(l, 2)), {2, 2, 16, 16},
+              "1", "layer state");
+    g.commit();
+  }
+  expect_states(read_states_file(root, m), 2);
+  expect_states(read_states_file(nested, m, "layers/{i}/ssm_state"), 2);
+}
+
+// Engines number every decoder layer: a model whose full-attention layer is layer 1 has its
+// linear-attention states at indices 0 and 2. Other indices are refused naming them.
+TEST(StatesPerLayer, IndicesAreConsecutiveOrTheModelsLayerIndices) {
+  const test_support::TempDir dir("per_layer_indices");
+  {
+    std::ofstream cfg(dir.file("model.json"));
+    cfg << R"({"name": "tiny-gdn-full1", "family": "gdn", "num_layers": 3,
+      "full_attention_layers": [1], "linear": {"num_key_heads": 1, "num_value_heads": 2,
+      "head_k_dim": 16, "head_v_dim": 16, "conv_width": 4},
+      "full_attention": {"kind": "mha", "num_kv_heads": 1, "head_dim": 16}, "params_billion": 0.001})";
+  }
+  const ModelConfig m = load_model(dir.file("model.json"));
+  write_safetensors(dir.file("a.safetensors"), {{"layers.0.ssm_state", layer_tensor(0, 1)},
+                                                {"layers.2.ssm_state", layer_tensor(1, 1)}});
+  expect_states(read_states_file(dir.file("a.safetensors"), m), 1);
+  {
+    H5Writer w(dir.file("nested.h5"));  // groups named by the model's indices 0 and 2
+    w.write("layers/0/ssm_state", as_doubles(layer_tensor(0, 1)), {2, 16, 16}, "1", "layer 0");
+    w.write("layers/2/ssm_state", as_doubles(layer_tensor(1, 1)), {2, 16, 16}, "1", "layer 2");
+    w.commit();
+  }
+  expect_states(read_states_file(dir.file("nested.h5"), m, "layers/{i}/ssm_state"), 1);
+  EXPECT_FALSE(hdf5_has_dataset(dir.file("nested.h5"), "layers/1/ssm_state"));
+  EXPECT_FALSE(hdf5_has_dataset(dir.file("nested.h5"), "layers"));  // a group
+  write_safetensors(dir.file("b.safetensors"), {{"layers.3.ssm_state", layer_tensor(0, 1)},
+                                                {"layers.5.ssm_state", layer_tensor(1, 1)}});
+  const std::string err = error_of([&] { read_states_file(dir.file("b.safetensors"), m); });
+  EXPECT_NE(err.find("layer indices 3..5, neither 0..1 nor the linear-attention layers"),
+            std::string::npos)
+      << err;
+}
+
+// Nothing matches: one short line naming at most four of the tensors found and --states-key.
+TEST(StatesPerLayer, NothingMatchesIsAShortErrorNamingAFewTensors) {
+  const ModelConfig m = load_model(kDir + "model_tiny_gdn.json");
+  const std::string path = temp_path("unmatched.safetensors");
+  std::map<std::string, TensorToWrite> tensors;
+  for (const char* n : {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"})
+    tensors[n] = layer_tensor(0, 1);
+  write_safetensors(path, tensors);
+  const std::string err = error_of([&] { read_states_file(path, m); });
+  EXPECT_NE(err.find("6 tensors (alpha, beta, delta, epsilon and 2 more)"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("--states-key"), std::string::npos) << err;
+  EXPECT_LT(err.size(), 300u) << err;
+  const std::string missing = error_of([&] { read_states_file(path, m, "layers.{i}.ssm_state"); });
+  EXPECT_NE(missing.find("pattern 'layers.{i}.ssm_state' names 0 tensors"), std::string::npos)
+      << missing;
+  EXPECT_LT(missing.size(), 300u) << missing;
+}
+
+TEST(StatesPerLayer, PatternMatching) {
+  const auto m =
+      match_layer_pattern({"l.10.s", "l.2.s", "l.02.s", "l.x.s", "l.3.t", "l.1.s"}, "l.{i}.s");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0], (std::pair<int, std::string>{1, "l.1.s"}));
+  EXPECT_EQ(m[1], (std::pair<int, std::string>{2, "l.2.s"}));
+  EXPECT_EQ(m[2], (std::pair<int, std::string>{10, "l.10.s"}));
+  EXPECT_TRUE(match_layer_pattern({"state"}, "state").empty());
 }

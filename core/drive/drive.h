@@ -29,6 +29,9 @@ enum class DriveKind { seed_kda, init_gdn, init_kda, states, tinylm };
 struct DriveSpec {
   DriveKind kind = DriveKind::init_gdn;
   std::string states_file;  // drive 'states' only
+  // drive 'states': the tensor name or per-layer pattern with "{i}" (--states-key; "": the rules
+  // of core/drive/states_file.h)
+  std::string states_key;
 
   std::string name() const;
   // The synthetic drive that generates tokens (for 'states' and 'tinylm' continuations: the

@@ -36,8 +36,8 @@ StatesSource StatesSource::resolve(const DriveSpec& drive, uint64_t seed, const 
       s.initial_ = [layer_size](int, int) { return std::vector<float>(layer_size, 0.0f); };
       break;
     case DriveKind::states: {
-      auto states =
-          std::make_shared<std::vector<MultiLayerState>>(read_states_file(s.drive_.states_file, m));
+      auto states = std::make_shared<std::vector<MultiLayerState>>(
+          read_states_file(s.drive_.states_file, m, s.drive_.states_key));
       bool all_zero = true;
       for (const MultiLayerState& st : *states)
         all_zero = all_zero &&

@@ -1,5 +1,6 @@
 #include "core/io/hdf5_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -35,18 +36,20 @@ std::string parent_of(const std::string& p) {
   return pos == std::string::npos ? "" : p.substr(0, pos);
 }
 
+// A scalar variable-length UTF-8 string attribute: h5py reads it back as `str` (a fixed-length
+// one comes back as `bytes`), h5dump prints it as text.
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value,
                        const std::string& path) {
   hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, value.empty() ? 1 : value.size());
+  H5Tset_size(type, H5T_VARIABLE);
   H5Tset_cset(type, H5T_CSET_UTF8);
   H5Tset_strpad(type, H5T_STR_NULLTERM);
   hid_t space = H5Screate(H5S_SCALAR);
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   hid_t attr = check_id(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT),
                         "creating attribute " + name, path);
-  const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  check(H5Awrite(attr, type, padded.data()), "writing attribute " + name, path);
+  const char* text = value.c_str();  // a variable-length string is written as its char*
+  check(H5Awrite(attr, type, &text), "writing attribute " + name, path);
   H5Aclose(attr);
   H5Sclose(space);
   H5Tclose(type);
@@ -269,6 +272,39 @@ std::string read_string_attr(hid_t obj, const char* name) {
 }
 
 }  // namespace
+
+std::vector<std::string> hdf5_dataset_names(const std::string& path) {
+  if (!std::filesystem::exists(path)) fail("{}: no such file", path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) fail("{}: not an HDF5 file", path);
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) fail("{}: cannot open HDF5 file (truncated or damaged?)", path);
+  RootDatasets found;
+  H5Literate(file, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, collect_dataset, &found);
+  H5Fclose(file);
+  std::sort(found.names.begin(), found.names.end());
+  return found.names;
+}
+
+bool hdf5_has_dataset(const std::string& path, const std::string& name) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || H5Fis_hdf5(path.c_str()) <= 0) return false;
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return false;
+  bool found = true;
+  // Each group on the way must exist before H5Lexists may look one level deeper.
+  for (size_t at = name.find('/'); found; at = name.find('/', at + 1)) {
+    const std::string part = name.substr(0, at);
+    found = !part.empty() && H5Lexists(file, part.c_str(), H5P_DEFAULT) > 0;
+    if (at == std::string::npos) break;
+  }
+  if (found) {
+    H5O_info_t info;
+    found = H5Oget_info_by_name(file, name.c_str(), &info, H5P_DEFAULT) >= 0 &&
+            info.type == H5O_TYPE_DATASET;
+  }
+  H5Fclose(file);
+  return found;
+}
 
 FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
                            const ShapeCheck& check) {

@@ -91,6 +91,14 @@ using ShapeCheck = std::function<void(const std::string& name, const std::vector
 FloatArray read_hdf5_array(const std::string& path, const std::string& name = "",
                            const ShapeCheck& check = nullptr);
 
+// Names of the datasets at the root of an HDF5 file, sorted. Throws statecheck::Error naming the
+// file when it is missing or not HDF5.
+std::vector<std::string> hdf5_dataset_names(const std::string& path);
+
+// Whether `name` (a path such as "layers/3/ssm_state") is a dataset of the HDF5 file `path`; false
+// for a missing file, a non-HDF5 file or a missing group on the way.
+bool hdf5_has_dataset(const std::string& path, const std::string& name);
+
 // Reads a numeric dataset of an HDF5 file as doubles (shape returned too). For tests and tools.
 std::vector<double> read_hdf5_doubles(const std::string& path, const std::string& dataset,
                                       std::vector<size_t>* shape = nullptr);

@@ -95,8 +95,20 @@ void check_thresholds(const Summary& summary, std::vector<ThresholdRow>& rows) {
 }
 
 void write_summary_json(const std::string& path, const Summary& summary,
-                        const std::vector<ThresholdRow>* rows) {
+                        const std::vector<ThresholdRow>* rows, const SummaryExtras& extras) {
   json j = json::object();
+  if (const SummaryMeta* m = extras.meta)
+    j["meta"] = {{"tool_version", m->tool_version},
+                 {"git_commit", m->git_commit},
+                 {"command_line", m->command_line},
+                 {"model", m->model},
+                 {"tp", m->tp},
+                 {"seed", m->seed},
+                 {"device", m->device},
+                 {"created_utc", m->created_utc},
+                 {"quick", m->quick}};
+  if (extras.units) j["units"] = *extras.units;
+  if (extras.renamed) j["renamed"] = *extras.renamed;
   for (const auto& [k, v] : summary.values()) {
     if (std::isfinite(v))
       j[k] = v;

@@ -7,6 +7,7 @@
 // present key that is NaN fails.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,10 +46,33 @@ std::vector<ThresholdRow> load_thresholds(const std::string& path);
 // Fills value/present/pass of each row from `summary`.
 void check_thresholds(const Summary& summary, std::vector<ThresholdRow>& rows);
 
-// Writes the summary as one flat JSON object, plus "thresholds": {key: {limit, op, pass}} for the
-// checked rows that were present, through `path.partial` and a rename (a failed write leaves an
+// What summary.json says about the run that made it (its "meta" object).
+struct SummaryMeta {
+  std::string tool_version;
+  std::string git_commit;  // commit of the source tree, "-dirty" with changes, or "unknown"
+  std::string command_line;
+  std::string model;
+  int64_t tp = 0;
+  uint64_t seed = 0;
+  std::string device;       // cpu | cuda
+  std::string created_utc;  // ISO 8601, e.g. 2026-12-01T20:30:00Z
+  bool quick = false;
+};
+
+// The objects written beside the metric keys (all optional).
+struct SummaryExtras {
+  const SummaryMeta* meta = nullptr;                          // "meta"
+  const std::map<std::string, std::string>* units = nullptr;  // "units": key -> unit
+  // "renamed": previous-release key -> current key, read for one release.
+  const std::map<std::string, std::string>* renamed = nullptr;
+};
+
+// Writes the summary as one JSON object: the metric keys (flat, "experiment.what"), "thresholds":
+// {key: {limit, op, pass}} for the checked rows that were present, and the objects of `extras`
+// ("meta", "units", "renamed"), through `path.partial` and a rename (a failed write leaves an
 // earlier summary untouched). Throws statecheck::Error naming the path on I/O error.
 void write_summary_json(const std::string& path, const Summary& summary,
-                        const std::vector<ThresholdRow>* rows = nullptr);
+                        const std::vector<ThresholdRow>* rows = nullptr,
+                        const SummaryExtras& extras = {});
 
 }  // namespace statecheck

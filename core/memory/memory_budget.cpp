@@ -1,5 +1,6 @@
 #include "core/memory/memory_budget.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/util/error.h"
@@ -67,8 +68,23 @@ Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetIn
     fail("mamba_full_memory_ratio must be > 0, got {}", in.mamba_full_memory_ratio);
   if (in.active_slots < 0 || in.ckpt_slots < 0) fail("pool sizes must be >= 0");
   Budget b;
-  b.weights_bytes =
-      in.weights_gib >= 0 ? in.weights_gib * kGiB : m.params_billion * 1e9 * 2.0 / m.tp;
+  b.kv_bytes_per_token = kv_bytes_per_token(m, d);
+  if (b.kv_bytes_per_token == 0)
+    fail(
+        "memory budget: model '{}' has no full-attention layers (no KV cache), so its KV-token "
+        "budget is not defined; the memory, capacity, firecount and replay experiments need a "
+        "hybrid model",
+        m.name);
+  if (in.weights_gib < 0 && !m.weights_unknown.empty())
+    fail(
+        "memory budget: the weights of model '{}' are not known ({}); give --weights-gib (GiB "
+        "per GPU)",
+        m.name, m.weights_unknown);
+  if (in.weights_gib < 0 && !(m.params_billion > 0))
+    fail("memory budget: model '{}' states no parameter count; give --weights-gib (GiB per GPU)",
+         m.name);
+  b.weights_bytes = in.weights_gib >= 0 ? in.weights_gib * kGiB
+                                        : m.params_billion * 1e9 * m.weight_bytes_per_param / m.tp;
   b.rest_bytes = in.gpu_mem_gib * kGiB * in.mem_fraction - b.weights_bytes - in.reserve_gib * kGiB;
   if (b.rest_bytes <= 0)
     fail(
@@ -88,13 +104,6 @@ Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetIn
   b.active = pool_bytes(A, act);
   b.checkpoint = pool_bytes(in.ckpt_slots, ck);
   if (in.ckpt_slots == 0) b.checkpoint.total = SlotBytes{};  // no pool at all
-  b.kv_bytes_per_token = kv_bytes_per_token(m, d);
-  if (b.kv_bytes_per_token == 0)
-    fail(
-        "memory budget: model '{}' has no full-attention layers (no KV cache), so its KV-token "
-        "budget is not defined; the memory, capacity, firecount and replay experiments need a "
-        "hybrid model",
-        m.name);
   const double engine_left =
       b.rest_bytes - static_cast<double>(A) * static_cast<double>(act.total());
   const double correct_left = b.rest_bytes - static_cast<double>(b.active.total.total()) -
@@ -104,7 +113,14 @@ Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetIn
   b.kv_tokens_correct =
       correct_left > 0 ? static_cast<int64_t>(std::floor(correct_left / b.kv_bytes_per_token)) : 0;
   if (b.kv_tokens_engine < 1)
-    fail("memory budget: the state pools ({} active slots) leave no memory for the KV cache", A);
+    fail(
+        "memory budget: model {} at TP {}: the active pool ({} slots x {} bytes = {:.2f} GiB) "
+        "leaves no memory for the KV cache: memory for caches {:.2f} GiB ({:.2f} GiB x {} - "
+        "weights {:.2f} GiB - reserves {:.2f} GiB), short by {:.2f} GiB plus {} bytes for one KV "
+        "token; lower --active-slots or raise --gpu-mem-gib",
+        m.name, m.tp, A, act.total(), static_cast<double>(A) * act.total() / kGiB,
+        b.rest_bytes / kGiB, in.gpu_mem_gib, in.mem_fraction, b.weights_bytes / kGiB,
+        in.reserve_gib, std::max(0.0, -engine_left) / kGiB, b.kv_bytes_per_token);
   return b;
 }
 

@@ -68,7 +68,7 @@ uint64_t kv_bytes_per_token(const ModelConfig& m, const StateDtypes& d);
 struct BudgetInputs {
   double gpu_mem_gib = 141e9 / kGiB;  // device memory (an H200: 141 GB = 131.3 GiB)
   double mem_fraction = 0.88;         // mem_fraction_static
-  double weights_gib = -1.0;          // < 0: params_billion * 1e9 * 2 bytes (bf16) / TP
+  double weights_gib = -1.0;          // < 0: params_billion * 1e9 * weight_bytes_per_param / TP
   double reserve_gib = 0.0;           // other reserves (activations, graphs); 0 by default
   double mamba_full_memory_ratio = 0.9;
   int64_t active_slots = 0;  // 0: from the ratio split
@@ -86,9 +86,12 @@ struct Budget {
   int64_t kv_tokens_correct = 0;  // with slot 0 and the checkpoint pool subtracted
 };
 
-// Throws statecheck::Error naming the option when the inputs are out of range or nothing is left
-// for the caches (rest <= 0, A < 1, or no KV token fits), or when the model has no full-attention
-// layers (no KV cache: the KV-token budget is not defined).
+// Weights per GPU: in.weights_gib when >= 0, else params_billion * 1e9 * weight_bytes_per_param /
+// TP. Throws statecheck::Error naming the option when the inputs are out of range, when the
+// weights are not known (weights_unknown set, or no parameter count) and --weights-gib is not
+// given, when nothing is left for the caches (rest <= 0, A < 1, or no KV token fits: the message
+// shows the memory for caches, the pool's size and the shortfall), or when the model has no
+// full-attention layers (no KV cache: the KV-token budget is not defined).
 Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetInputs& in);
 
 // int8 mode at the memory of a single-pool run with `bf16_active` usable active slots: the same

@@ -1,6 +1,7 @@
 #include "core/model/model_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "core/io/paths.h"
+#include "core/model/param_count.h"
 #include "core/util/error.h"
 #include "core/util/json_int.h"
 
@@ -127,6 +129,8 @@ ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
     if (!j["params_billion"].is_number())
       fail("{}: field 'params_billion' must be a number", origin);
     m.params_billion = j["params_billion"].get<double>();
+  } else {
+    m.weights_unknown = "field 'params_billion' is absent";
   }
   m.ssm_dtype = j.value("ssm_dtype", std::string("float32"));
   m.default_tp = get_int_or(j, "default_tp", 1, origin, "");
@@ -232,10 +236,51 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
          model_type);
   }
   complete_layers(m, origin);
+  const ParamCount count = hf_param_count(top, m);
+  m.params_billion = count.params / 1e9;
+  m.weight_bytes_per_param = count.bytes_per_param;
+  if (!count.missing.empty())
+    m.weights_unknown = fmt::format("{}: the parameter count needs {}, which the config lacks",
+                                    origin, count.missing);
   return m;
 }
 
+// Levenshtein distance (insertions, deletions, substitutions of one character each).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 }  // namespace
+
+std::string closest_model_name(const std::string& name) {
+  std::string best;
+  size_t best_d = 0;
+  for (const std::string& n : shipped_model_names()) {
+    const size_t d = edit_distance(lower(name), lower(n));
+    if (best.empty() || d < best_d) {
+      best = n;
+      best_d = d;
+    }
+  }
+  if (best.empty() || 2 * best_d > std::max(name.size(), best.size())) return "";
+  return best;
+}
 
 ModelConfig parse_model_config_checked(const json& j, const std::string& origin, int tp);
 
@@ -372,16 +417,28 @@ std::vector<std::string> shipped_model_names() {
 
 ModelConfig load_model(const std::string& name_or_path, int tp) {
   fs::path path(name_or_path);
-  const bool looks_like_path =
-      name_or_path.find('/') != std::string::npos || path.extension() == ".json";
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    // The Hugging Face layout: a model folder holding config.json.
+    path /= "config.json";
+    if (!fs::exists(path, ec))
+      fail("--model {}: a folder without config.json (give the model's folder or its config file)",
+           name_or_path);
+  }
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               path.extension() == ".json" || fs::is_directory(name_or_path, ec);
   if (!looks_like_path) {
-    path = fs::path(data_dir()) / "models" / (name_or_path + ".json");
-    if (!fs::exists(path)) {
+    std::string found;
+    for (const auto& n : shipped_model_names())
+      if (lower(n) == lower(name_or_path)) found = n;
+    if (found.empty()) {
       std::string known;
       for (const auto& n : shipped_model_names()) known += (known.empty() ? "" : ", ") + n;
-      fail("unknown model '{}' (shipped: {}; or give a path to a config .json)", name_or_path,
-           known);
+      const std::string near = closest_model_name(name_or_path);
+      fail("unknown model '{}'{} (shipped: {}; or give a config .json or a folder holding one)",
+           name_or_path, near.empty() ? "" : fmt::format("; did you mean '{}'?", near), known);
     }
+    path = fs::path(data_dir()) / "models" / (found + ".json");
   }
   check_input_file("--model", path.string());
   std::ifstream in(path, std::ios::binary);

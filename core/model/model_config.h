@@ -44,7 +44,11 @@ struct ModelConfig {
   int conv_width = 4;              // W
   ConvLayout conv_layout = ConvLayout::channels_first;
   FullAttentionSpec full_attention;
-  double params_billion = 0.0;        // total parameters, for the weights estimate of the budget
+  double params_billion = 0.0;          // total parameters, for the weights estimate of the budget
+  double weight_bytes_per_param = 2.0;  // bytes of one weight (the config's dtype; bf16 default)
+  // Non-empty when the parameter count is not known (what is missing); the memory budget then
+  // refuses to run without --weights-gib instead of counting 0 bytes of weights.
+  std::string weights_unknown;
   std::string ssm_dtype = "float32";  // the engine's default temporal-state dtype for this model
   int tp = 1;                         // tensor-parallel degree this config is sharded for
   int default_tp = 1;                 // TP used when the command line gives none ("default_tp")
@@ -61,16 +65,23 @@ struct ModelConfig {
   int kv_heads_shard() const;
 };
 
-// Loads a shipped model by name (data/models/<name>.json) or a config file by path, in the
+// Loads a shipped model by name (data/models/<name>.json; the name matched case-insensitively), a
+// config file by path, or a folder holding config.json (the Hugging Face layout), in the
 // statecheck schema or as a Hugging Face config.json, and shards it for `tp` ranks (tp <= 0: the
-// config's default_tp, 1 for Hugging Face files).
-// Errors (statecheck::Error, naming the file and field): unknown name, unreadable file, bad JSON,
+// config's default_tp, 1 for Hugging Face files). A Hugging Face config's parameter count is
+// derived from its fields (core/model/param_count.h); a statecheck config's is `params_billion`.
+// Errors (statecheck::Error, naming the file and field): unknown name (with the closest shipped
+// name by edit distance), a folder without config.json, unreadable file, bad JSON,
 // missing or non-integer field, HV % H != 0, TP not dividing H, HV or the conv channels, a layer
 // index out of range, an unknown Hugging Face model_type.
 ModelConfig load_model(const std::string& name_or_path, int tp = 0);
 
 // Parses a config from JSON (statecheck schema or Hugging Face); `origin` names it in errors.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& origin, int tp = 0);
+
+// The shipped name closest to `name` by Levenshtein distance over lower-case letters, or "" when
+// none is within half the length of the longer of the two (no plausible suggestion).
+std::string closest_model_name(const std::string& name);
 
 // Names of the shipped models (files under data/models/), sorted.
 std::vector<std::string> shipped_model_names();
