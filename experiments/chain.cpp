@@ -35,6 +35,7 @@
 #include "core/util/parallel.h"
 #include "core/util/progress.h"
 #include "experiments/experiment.h"
+#include "experiments/report_table.h"
 
 #ifdef STATECHECK_HAVE_CUDA
 #include "kernels/common/device.h"
@@ -285,6 +286,10 @@ void record_chain(const ChainMeasurement& r, const StatesSource& source, const C
   file.attr(g, "layers_measured", static_cast<int64_t>(L));
   file.attr(g, "ablation_beta_factor", kAblationBetaFactor);
   std::vector<int64_t> n_values(ns.begin(), ns.end());
+  ReportTable table(
+      fmt::format("chain: state relative error at T = {} after n chained {} checkpoints", T,
+                  codec.kind_name()),
+      {"variant", "n = 1", "n = 32", "n = 128", "ratio 128/32", "model ratio"});
   for (int v = 0; v < variants; ++v) {
     const std::string vg = v == 0 ? g : g + "/" + variant_names[v];
     const std::string key = v == 0 ? "chain." : std::string("chain.") + variant_names[v] + ".";
@@ -318,7 +323,12 @@ void record_chain(const ChainMeasurement& r, const StatesSource& source, const C
                       "relerr(n=128) / relerr(n=32)");
     write_per_head(file, vg + "/per_head", summary, key, r.per_layer, v, ns, T, L, HV, dk,
                    n32 > 0 ? n128 / n32 : NAN);
+    table.add_row({v == 0 ? source.drive_name() : variant_names[v], report_number(relerr[0]),
+                   report_number(n32), report_number(n128),
+                   report_number(n32 > 0 ? n128 / n32 : NAN),
+                   report_number(summary.get(key + "saturation_ratio_model"))});
   }
+  table.print();
 }
 
 // A second backend's results, against its own reference at T: chain/cuda and the summary keys

@@ -41,6 +41,7 @@ struct Options {
   std::string out;      // result file; empty: results/<experiment>.h5 (suite: result directory)
   std::string summary;  // summary JSON; empty: none (suite: <out>/summary.json)
   int threads = 0;      // 0: hardware threads
+  bool verbose = false;  // print every summary key and the whole threshold table
   std::string command_line;
 
   // Numerical experiments.
