@@ -99,8 +99,9 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.attr(g, "fma_peak_isa", std::string(fma_peak_isa()));
   file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s",
                     "memcpy bandwidth of one core, bytes read + written / time");
-  file.write_scalar(g + "/fma_peak_gflops", peak_gflops, "GFLOP/s",
-                    "fp32 FMA throughput of one core, 96 independent accumulators, 2 flops per FMA");
+  file.write_scalar(
+      g + "/fma_peak_gflops", peak_gflops, "GFLOP/s",
+      "fp32 FMA throughput of one core, 96 independent accumulators, 2 flops per FMA");
   summary.set("bench.cpu_copy.gbps", copy_gbps);
   summary.set("bench.cpu_fma_peak.gflops", peak_gflops);
   fmt::print(

@@ -11,13 +11,13 @@
 // round trip is a donate and a copy-on-write through the checkpoint kernels), recorded under
 // chain/cuda against the GPU path's own reference.
 //
-// Why it saturates (docs/numerics.md, "Why an injected error fades"): with ||k|| = 1, beta in (0, 1) and g < 0 each
-// step contracts a perturbation, so errors injected by earlier checkpoints fade geometrically. The
-// ablation `no_contraction` removes that: g = 0 (no decay) and beta scaled by 1e-3 (the delta-rule
-// write almost never contracts); every injected error persists and the error grows ~ sqrt(n).
-// Per [layer, head] (group `per_head`): each head's errors, energy share and gates, and the
-// first-order contraction model (core/metrics/contraction_model.h) of the saturation ratio,
-// which the whole-state ratio is compared against (write_per_head below).
+// Why it saturates (docs/numerics.md, "Why an injected error fades"): with ||k|| = 1, beta in (0,
+// 1) and g < 0 each step contracts a perturbation, so errors injected by earlier checkpoints fade
+// geometrically. The ablation `no_contraction` removes that: g = 0 (no decay) and beta scaled by
+// 1e-3 (the delta-rule write almost never contracts); every injected error persists and the error
+// grows ~ sqrt(n). Per [layer, head] (group `per_head`): each head's errors, energy share and
+// gates, and the first-order contraction model (core/metrics/contraction_model.h) of the saturation
+// ratio, which the whole-state ratio is compared against (write_per_head below).
 #include <algorithm>
 #include <cmath>
 #include <string>

@@ -78,7 +78,8 @@ std::string threshold_margin(const ThresholdRow& r) {
   // How far the value lies from the limit, relative to the limit, and on which side (an upper
   // bound passes below it, a lower bound above it); under 1% with two digits, so that a row
   // failing by a hair does not read "0%".
-  if (r.limit == 0.0 || !std::isfinite(r.value)) return "(limit is 0 or value not finite: no margin)";
+  if (r.limit == 0.0 || !std::isfinite(r.value))
+    return "(limit is 0 or value not finite: no margin)";
   const double pct = 100.0 * std::fabs(r.value - r.limit) / std::fabs(r.limit);
   const char* side = r.value < r.limit ? "below" : "above";
   return r.value == r.limit ? std::string("at the limit")
@@ -157,7 +158,8 @@ int run_experiment(const Options& o) {
     fmt::print("\n{}", render_summary_keys(summary, o.experiment + " summary"));
   else
     fmt::print("\n{}: {} summary keys (--verbose prints them{})\n", o.experiment,
-               summary.values().size(), o.summary.empty() ? "; --summary FILE.json writes them" : "");
+               summary.values().size(),
+               o.summary.empty() ? "; --summary FILE.json writes them" : "");
   print_threshold_table(summary, rows, false);
   // The summary first: if it cannot be written, the result file is not moved into place either.
   if (!o.summary.empty()) write_summary_json(o.summary, summary, &rows);

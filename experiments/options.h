@@ -38,9 +38,9 @@ struct Options {
   // --drive, with --states FILE for 'states' (DriveSpec::states_file); none: default_drive(model).
   std::optional<DriveSpec> drive;
   bool quick = false;
-  std::string out;      // result file; empty: results/<experiment>.h5 (suite: result directory)
-  std::string summary;  // summary JSON; empty: none (suite: <out>/summary.json)
-  int threads = 0;      // 0: hardware threads
+  std::string out;       // result file; empty: results/<experiment>.h5 (suite: result directory)
+  std::string summary;   // summary JSON; empty: none (suite: <out>/summary.json)
+  int threads = 0;       // 0: hardware threads
   bool verbose = false;  // print every summary key and the whole threshold table
   std::string command_line;
 

@@ -162,8 +162,8 @@ int run_suite(const Options& base) {
   write_summary_json(summary_path, all, &rows);
   for (auto& f : files) f->commit();
   result_dir.keep();
-  fmt::print("\nwrote {}/*.h5 and {} ({} summary keys{})\n", dir, summary_path,
-             all.values().size(), base.verbose ? "" : "; --verbose prints them");
+  fmt::print("\nwrote {}/*.h5 and {} ({} summary keys{})\n", dir, summary_path, all.values().size(),
+             base.verbose ? "" : "; --verbose prints them");
   make_plots(dir);
   if (base.verbose) print_threshold_table(all, rows, true);
   const int failures = print_threshold_verdict(per_experiment, rows);

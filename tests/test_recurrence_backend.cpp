@@ -3,6 +3,7 @@
 // fp64 loop's values rounded once to fp32; the round trip the CPU codec's bytes per head; and the
 // LayerRun contract (zeroed states, copies, range and index errors).
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -15,6 +16,14 @@
 #include "core/util/rng.h"
 
 using namespace statecheck;
+
+namespace statecheck {
+// GoogleTest prints the parameter in failure messages by this (found by argument-dependent
+// lookup), instead of its bytes.
+void PrintTo(GateKind gate, std::ostream* os) {
+  *os << gate_kind_name(gate);
+}
+}  // namespace statecheck
 
 namespace {
 
@@ -141,7 +150,7 @@ TEST(CpuBackends, LayerRecurrenceRunsTheBackend) {
   std::vector<float> o_ref(static_cast<size_t>(17) * s.HV * s.dv), o(o_ref.size());
   gated_delta_layer_fp32(s, in, 0, 17, S_ref.data(), o_ref.data(), Dtype::bf16);
   const auto backend = cpu_fp32_backend(Dtype::bf16);
-  layer_recurrence(*backend)(s, in, S.data(), o.data());
+  layer_recurrence (*backend)(s, in, S.data(), o.data());
   EXPECT_TRUE(same_bits(S, S_ref));
   EXPECT_TRUE(same_bits(o, o_ref));
 }
