@@ -38,10 +38,11 @@ struct Options {
   // --drive, with --states FILE for 'states' (DriveSpec::states_file); none: default_drive(model).
   std::optional<DriveSpec> drive;
   bool quick = false;
-  std::string out;       // result file; empty: results/<experiment>.h5 (suite: result directory)
-  std::string summary;   // summary JSON; empty: none (suite: <out>/summary.json)
-  int threads = 0;       // 0: hardware threads
-  bool verbose = false;  // print every summary key and the whole threshold table
+  std::string out;      // result file; empty: results/<experiment>.h5 (suite: result directory)
+  std::string summary;  // summary JSON; empty: none (suite: <out>/summary.json)
+  int threads = 0;      // 0: hardware threads
+  // --verbose: also print every summary key and the whole threshold table.
+  bool verbose = false;
   std::string command_line;
 
   // Numerical experiments.
