@@ -34,7 +34,7 @@ namespace {
 
 // Draws the plots with Debian's python3 (matplotlib + h5py). A missing interpreter or module is
 // reported, never hidden; it does not fail the suite (the numbers are in the HDF5 files).
-void make_plots(const std::string& dir) {
+void make_plots(const std::string& dir, const std::string& summary_path) {
   if (const char* off = std::getenv("STATECHECK_NO_PLOTS"); off && *off) {
     fmt::print("plots: skipped (STATECHECK_NO_PLOTS is set)\n");
     return;
@@ -49,12 +49,14 @@ void make_plots(const std::string& dir) {
     if (entry.path().extension() == ".h5") files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
   args.insert(args.end(), files.begin(), files.end());
+  args.push_back(summary_path);  // for the one-page summary figure
   args.push_back("--out");
   args.push_back(dir + "/plots");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  fmt::print("plots: {} {} <{} result files> --out {}/plots\n", python, script, files.size(), dir);
+  fmt::print("plots: {} {} <{} result files> {} --out {}/plots\n", python, script, files.size(),
+             summary_path, dir);
   std::fflush(stdout);
   pid_t pid = 0;
   int status = -1;
@@ -64,10 +66,10 @@ void make_plots(const std::string& dir) {
   if (!ok)
     fmt::print(
         "plots: NOT drawn ({}); install python3-matplotlib and python3-h5py (scripts/setup.sh), "
-        "then run scripts/plot.py {}/*.h5 --out {}/plots\n",
+        "then run scripts/plot.py {}/*.h5 {} --out {}/plots\n",
         spawn != 0 ? fmt::format("cannot start {}: {}", python, std::strerror(spawn))
                    : fmt::format("exit status {}", WIFEXITED(status) ? WEXITSTATUS(status) : -1),
-        dir, dir);
+        dir, summary_path, dir);
 }
 
 }  // namespace
@@ -164,7 +166,7 @@ int run_suite(const Options& base) {
   result_dir.keep();
   fmt::print("\nwrote {}/*.h5 and {} ({} summary keys{})\n", dir, summary_path, all.values().size(),
              base.verbose ? "" : "; --verbose prints them");
-  make_plots(dir);
+  make_plots(dir, summary_path);
   if (base.verbose) print_threshold_table(all, rows, true);
   const int failures = print_threshold_verdict(per_experiment, rows);
   int skipped = 0;
