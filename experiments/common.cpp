@@ -91,7 +91,9 @@ int print_threshold_verdict(const std::vector<std::pair<std::string, Summary>>& 
                             const std::vector<ThresholdRow>& rows) {
   int failures = 0;
   ReportTable table("thresholds (data/thresholds.json) per experiment; --verbose lists every row:",
-                    {"experiment", "limits", "hold", "closest to its limit"});
+                    {"experiment", "limits", "hold", "closest to its limit", "margin"});
+  table.align_left(3);
+  table.align_left(4);
   for (const auto& [name, s] : experiments) {
     int checked = 0, hold = 0;
     const ThresholdRow* closest = nullptr;
@@ -105,9 +107,10 @@ int print_threshold_verdict(const std::vector<std::pair<std::string, Summary>>& 
       const double pct = std::fabs(r.value - r.limit) / std::fabs(r.limit);
       if (!closest || pct < closest_pct) closest = &r, closest_pct = pct;
     }
-    if (checked == 0) continue;
+    std::string margin = closest ? threshold_margin(*closest) : "-";
+    margin.erase(0, margin.find_first_not_of(' '));
     table.add_row({name, std::to_string(checked), std::to_string(hold),
-                   closest ? closest->key + " " + threshold_margin(*closest) : "-"});
+                   closest ? closest->key : "-", margin});
   }
   fmt::print("\n");
   table.print();

@@ -14,6 +14,14 @@ namespace statecheck {
 ReportTable::ReportTable(std::string title, std::vector<std::string> columns)
     : title_(std::move(title)), columns_(std::move(columns)) {
   if (columns_.empty()) fail("table '{}': no columns", title_);
+  left_.assign(columns_.size(), false);
+  left_[0] = true;
+}
+
+void ReportTable::align_left(size_t column) {
+  if (column >= columns_.size())
+    fail("table '{}': no column {} ({} columns)", title_, column, columns_.size());
+  left_[column] = true;
 }
 
 void ReportTable::add_row(std::vector<std::string> cells) {
@@ -32,8 +40,8 @@ std::string ReportTable::render() const {
   auto line = [&](const std::vector<std::string>& cells) {
     std::string s = " ";
     for (size_t c = 0; c < cells.size(); ++c)
-      s += c == 0 ? fmt::format(" {:<{}}", cells[c], width[c])
-                  : fmt::format("  {:>{}}", cells[c], width[c]);
+      s += fmt::format(left_[c] ? "{}{:<{}}" : "{}{:>{}}", c == 0 ? " " : "  ", cells[c],
+                       c + 1 == cells.size() && left_[c] ? 0 : width[c]);
     return s + "\n";
   };
   std::string out = title_ + "\n" + line(columns_);

@@ -18,13 +18,17 @@ class ReportTable {
   // header of each column, first the row label (units in the header, e.g. "bytes/state").
   ReportTable(std::string title, std::vector<std::string> columns);
 
+  // Aligns column `column` (0-based; the first column always is) to the left instead of the right,
+  // for text columns. Throws statecheck::Error for a column the table does not have.
+  void align_left(size_t column);
+
   // One row: exactly one cell per column (throws statecheck::Error naming the table and the row
   // index otherwise). Cells are text; format numbers with report_number.
   void add_row(std::vector<std::string> cells);
 
-  // The table as text: the title line, the header, the rows; the first column left-aligned, the
-  // others right-aligned, each as wide as its widest cell, two spaces indented, '\n' after each
-  // line.
+  // The table as text: the title line, the header, the rows; the first column (and those given to
+  // align_left) left-aligned, the others right-aligned, each as wide as its widest cell, two spaces
+  // indented, '\n' after each line.
   std::string render() const;
   // Prints render() on stdout.
   void print() const;
@@ -32,6 +36,7 @@ class ReportTable {
  private:
   std::string title_;
   std::vector<std::string> columns_;
+  std::vector<bool> left_;
   std::vector<std::vector<std::string>> rows_;
 };
 
