@@ -1,7 +1,9 @@
-// Experiment `bench`: speed of the reference recurrence and the codecs, against the copy bandwidth
-// measured in the same run (docs/experiments.md, "bench": a byte and flop model per
-// kernel, medians, a machine header in the result). `--device cpu` times the host code on one
-// core; `--device cuda` times the CUDA paths (kernels/bench).
+// Experiment `bench`: speed of the reference recurrence and the codecs against ceilings measured
+// in the same run (docs/experiments.md, "bench": a byte and flop model per kernel, medians, a
+// machine header in the result). `--device cpu` times the host code on one core: the fp32
+// reference is compute-bound and is reported in GFLOP/s against the core's fp32 FMA peak
+// (experiments/cpu_peak.h); the codecs are memory-bound and are reported in GB/s against the copy
+// bandwidth. `--device cuda` times the CUDA paths (experiments/bench_gpu.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "core/drive/drive.h"
 #include "core/recurrence/gated_delta.h"
 #include "core/util/error.h"
+#include "experiments/cpu_peak.h"
 #include "experiments/experiment.h"
 
 namespace statecheck {
@@ -32,11 +35,16 @@ double median_seconds(int repeats, const std::function<void()>& body) {
   return t[t.size() / 2];
 }
 
+// What bounds a kernel, and so which ceiling its figure is given against: the fp32 FMA peak
+// (GFLOP/s) or the copy bandwidth (GB/s).
+enum class Bound { compute, memory };
+
 struct BenchRow {
   std::string name;
   double seconds = 0;
   double bytes = 0;  // bytes moved per call (byte model)
   double flops = 0;  // flops per call
+  Bound bound = Bound::memory;
 };
 
 void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
@@ -50,19 +58,20 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const double copy_s =
       median_seconds(repeats, [&] { std::memcpy(dst.data(), src.data(), copy_bytes); });
   const double copy_gbps = 2.0 * copy_bytes / copy_s / 1e9;
+  // Arithmetic ceiling of the same core: fp32 FMA throughput (experiments/cpu_peak.h).
+  const double peak_gflops = measure_fma_peak_gflops(repeats, o.quick ? 0.05 : 0.2);
 
   // Reference recurrence: all heads of one layer of the model, T tokens, one core.
   const int T = o.quick ? 64 : 256;
   const DriveKind drive = m.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda;
   const LayerInputs in = synthetic_inputs(drive, shape, o.seed, 0, T);
   std::vector<float> S(static_cast<size_t>(shape.HV) * shape.dv * shape.dk, 0.0f);
-  BenchRow ref{"cpu_reference_fp32", 0, 0, 0};
+  // 6 d_k d_v flops per head and token on a [d_v, d_k] state that stays in the core's caches:
+  // compute-bound, so its figure is GFLOP/s against the FMA peak, not a fraction of copy.
+  BenchRow ref{"cpu_reference_fp32", 0, 0, 0, Bound::compute};
   ref.seconds =
       median_seconds(repeats, [&] { gated_delta_layer_fp32(shape, in, 0, T, S.data(), nullptr); });
   ref.flops = gated_delta_flops_per_head_token(shape.dk, shape.dv) * shape.HV * T;
-  // Byte model: state read + written once per token (it stays in cache between tokens, so this is
-  // an upper bound of memory traffic), plus the token inputs.
-  ref.bytes = 2.0 * S.size() * 4 * T;
   rows.push_back(ref);
 
   // Working-state formats (docs/working_state.md): the same layer and tokens with the state stored
@@ -111,7 +120,7 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     const Codec c = parse_codec(name, o.scale_dtype_or_default());
     EncodedState enc;
     MultiLayerState dec;
-    BenchRow row{std::string("cpu_") + name + "_encode_decode", 0, 0, 0};
+    BenchRow row{std::string("cpu_") + name + "_encode_decode", 0, 0, 0, Bound::memory};
     row.seconds = median_seconds(repeats, [&] {
       enc = encode(c, state);
       dec = decode(enc);
@@ -124,29 +133,46 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const std::string g = "bench";
   file.group(g);
   file.attr(g, "device", std::string("cpu, one core"));
+  file.attr(g, "fma_peak_isa", std::string(fma_peak_isa()));
   file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s",
                     "memcpy bandwidth of one core, bytes read + written / time");
+  file.write_scalar(
+      g + "/fma_peak_gflops", peak_gflops, "GFLOP/s",
+      "fp32 FMA throughput of one core, 96 independent accumulators, 2 flops per FMA");
   summary.set("bench.cpu_copy.gbps", copy_gbps);
-  fmt::print("\nbench (cpu, one core; {} repeats, medians)   copy bandwidth {:.2f} GB/s\n", repeats,
-             copy_gbps);
-  fmt::print("  {:<30} {:>10} {:>10} {:>10} {:>12}\n", "kernel", "time ms", "GFLOP/s", "GB/s",
-             "of copy");
+  summary.set("bench.cpu_fma_peak.gflops", peak_gflops);
+  fmt::print(
+      "\nbench (cpu, one core; {} repeats, medians)   copy bandwidth {:.2f} GB/s, fp32 peak {:.1f} "
+      "GFLOP/s ({}, measured)\n",
+      repeats, copy_gbps, peak_gflops, fma_peak_isa());
+  fmt::print("  {:<30} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "kernel", "bound", "time ms",
+             "GFLOP/s", "of peak", "GB/s", "of copy");
   for (const auto& r : rows) {
     const double gbps = r.bytes / r.seconds / 1e9, gflops = r.flops / r.seconds / 1e9;
-    fmt::print("  {:<30} {:>10.3f} {:>10} {:>10.2f} {:>11.1f}%\n", r.name, r.seconds * 1e3,
-               r.flops > 0 ? fmt::format("{:.2f}", gflops) : std::string("-"), gbps,
-               100.0 * gbps / copy_gbps);
-    file.write_scalar(g + "/" + r.name + "/seconds", r.seconds, "s", "median time per call");
-    file.write_scalar(g + "/" + r.name + "/gbps", gbps, "GB/s",
-                      "bytes of the byte model / median time");
-    file.write_scalar(g + "/" + r.name + "/fraction_of_copy", gbps / copy_gbps, "1",
-                      "GB/s over the copy bandwidth");
-    summary.set("bench." + r.name + ".gbps", gbps);
-    summary.set("bench." + r.name + ".fraction_of_copy", gbps / copy_gbps);
-    if (r.flops > 0) {
-      file.write_scalar(g + "/" + r.name + "/gflops", gflops, "GFLOP/s",
+    const bool compute = r.bound == Bound::compute;
+    const std::string dash = "-";
+    fmt::print("  {:<30} {:>8} {:>10.3f} {:>10} {:>10} {:>10} {:>10}\n", r.name,
+               compute ? "compute" : "memory", r.seconds * 1e3,
+               r.flops > 0 ? fmt::format("{:.2f}", gflops) : dash,
+               compute ? fmt::format("{:.1f}%", 100.0 * gflops / peak_gflops) : dash,
+               compute ? dash : fmt::format("{:.2f}", gbps),
+               compute ? dash : fmt::format("{:.1f}%", 100.0 * gbps / copy_gbps));
+    const std::string k = g + "/" + r.name;
+    file.write_scalar(k + "/seconds", r.seconds, "s", "median time per call");
+    file.attr(k, "bound", std::string(compute ? "compute" : "memory"));
+    if (compute) {
+      file.write_scalar(k + "/gflops", gflops, "GFLOP/s",
                         "6 d_k d_v flops per head and token / median time");
+      file.write_scalar(k + "/fraction_of_peak", gflops / peak_gflops, "1",
+                        "GFLOP/s over the fp32 FMA peak of the same core");
       summary.set("bench." + r.name + ".gflops", gflops);
+      summary.set("bench." + r.name + ".fraction_of_peak", gflops / peak_gflops);
+    } else {
+      file.write_scalar(k + "/gbps", gbps, "GB/s", "bytes of the byte model / median time");
+      file.write_scalar(k + "/fraction_of_copy", gbps / copy_gbps, "1",
+                        "GB/s over the copy bandwidth");
+      summary.set("bench." + r.name + ".gbps", gbps);
+      summary.set("bench." + r.name + ".fraction_of_copy", gbps / copy_gbps);
     }
   }
 }

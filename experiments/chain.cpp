@@ -11,13 +11,13 @@
 // round trip is a donate and a copy-on-write through the checkpoint kernels), recorded under
 // chain/cuda against the GPU path's own reference.
 //
-// Why it saturates (docs/numerics.md, "Why an injected error fades"): with ||k|| = 1, beta in (0, 1) and g < 0 each
-// step contracts a perturbation, so errors injected by earlier checkpoints fade geometrically. The
-// ablation `no_contraction` removes that: g = 0 (no decay) and beta scaled by 1e-3 (the delta-rule
-// write almost never contracts); every injected error persists and the error grows ~ sqrt(n).
-// Per [layer, head] (group `per_head`): each head's errors, energy share and gates, and the
-// first-order contraction model (core/metrics/contraction_model.h) of the saturation ratio,
-// which the whole-state ratio is compared against (write_per_head below).
+// Why it saturates (docs/numerics.md, "Why an injected error fades"): with ||k|| = 1, beta in (0,
+// 1) and g < 0 each step contracts a perturbation, so errors injected by earlier checkpoints fade
+// geometrically. The ablation `no_contraction` removes that: g = 0 (no decay) and beta scaled by
+// 1e-3 (the delta-rule write almost never contracts); every injected error persists and the error
+// grows ~ sqrt(n). Per [layer, head] (group `per_head`): each head's errors, energy share and
+// gates, and the first-order contraction model (core/metrics/contraction_model.h) of the saturation
+// ratio, which the whole-state ratio is compared against (write_per_head below).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -35,6 +35,7 @@
 #include "core/util/parallel.h"
 #include "core/util/progress.h"
 #include "experiments/experiment.h"
+#include "experiments/report_table.h"
 
 #ifdef STATECHECK_HAVE_CUDA
 #include "kernels/common/device.h"
@@ -285,6 +286,10 @@ void record_chain(const ChainMeasurement& r, const StatesSource& source, const C
   file.attr(g, "layers_measured", static_cast<int64_t>(L));
   file.attr(g, "ablation_beta_factor", kAblationBetaFactor);
   std::vector<int64_t> n_values(ns.begin(), ns.end());
+  ReportTable table(
+      fmt::format("chain: state relative error at T = {} after n chained {} checkpoints", T,
+                  codec.kind_name()),
+      {"variant", "n = 1", "n = 32", "n = 128", "ratio 128/32", "model ratio"});
   for (int v = 0; v < variants; ++v) {
     const std::string vg = v == 0 ? g : g + "/" + variant_names[v];
     const std::string key = v == 0 ? "chain." : std::string("chain.") + variant_names[v] + ".";
@@ -318,7 +323,12 @@ void record_chain(const ChainMeasurement& r, const StatesSource& source, const C
                       "relerr(n=128) / relerr(n=32)");
     write_per_head(file, vg + "/per_head", summary, key, r.per_layer, v, ns, T, L, HV, dk,
                    n32 > 0 ? n128 / n32 : NAN);
+    table.add_row({v == 0 ? source.drive_name() : variant_names[v], report_number(relerr[0]),
+                   report_number(n32), report_number(n128),
+                   report_number(n32 > 0 ? n128 / n32 : NAN),
+                   report_number(summary.get(key + "saturation_ratio_model"))});
   }
+  table.print();
 }
 
 // A second backend's results, against its own reference at T: chain/cuda and the summary keys

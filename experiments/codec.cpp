@@ -28,6 +28,7 @@
 #include "core/util/parallel.h"
 #include "core/util/progress.h"
 #include "experiments/experiment.h"
+#include "experiments/report_table.h"
 
 #ifdef STATECHECK_HAVE_CUDA
 #include "kernels/common/device.h"
@@ -175,6 +176,9 @@ void record_codec(const CodecMeasurement& r, const ModelConfig& m, const StatesS
   const RecurrenceShape shape = recurrence_shape(m);
   const size_t conv_bytes = static_cast<size_t>(L) * m.conv_dim_shard() * (m.conv_width - 1) * 2;
   const StateShape sshape{L, HV, shape.dv, shape.dk};
+  ReportTable table(fmt::format("codec: error per codec ({}, {} state(s), decode {} steps)",
+                                source.drive_name(), N, Td),
+                    {"codec", "bytes/state", "state relerr", "decode relerr", "max |S_hat - S|"});
   for (int c = 0; c < C; ++c) {
     const std::string name = r.codecs[c].kind_name();
     const std::string cg = g + "/" + name;
@@ -231,6 +235,8 @@ void record_codec(const CodecMeasurement& r, const ModelConfig& m, const StatesS
     file.write_scalar(cg + "/bytes_per_state", bytes, "bytes",
                       "temporal values + scales + bf16 conv state, one sequence");
 
+    table.add_row({name, fmt::format("{:.0f}", bytes), report_number(total_state.relerr()),
+                   report_number(total_decode.relerr()), report_number(total_state.max_abs)});
     summary.set(name + ".state_relerr", total_state.relerr());
     summary.set(name + ".decode_relerr", total_decode.relerr());
     summary.set(name + ".max_abs_err", total_state.max_abs);
@@ -242,6 +248,7 @@ void record_codec(const CodecMeasurement& r, const ModelConfig& m, const StatesS
     summary.set(name + ".state_relerr_head_max",
                 *std::max_element(relerr_lh.begin(), relerr_lh.end()));
   }
+  table.print();
 }
 
 // A second backend's results beside the reference's: codec/cuda/ and the summary keys cuda.*:

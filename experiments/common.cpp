@@ -12,6 +12,7 @@
 #include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
+#include "experiments/report_table.h"
 #include "experiments/summary_keys.h"
 
 namespace statecheck {
@@ -78,6 +79,53 @@ std::string thresholds_path() {
   return data_dir() + "/thresholds.json";
 }
 
+std::string threshold_margin(const ThresholdRow& r) {
+  // How far the value lies from the limit, relative to the limit, and on which side (an upper
+  // bound passes below it, a lower bound above it); under 1% with two digits, so that a row
+  // failing by a hair does not read "0%".
+  if (r.limit == 0.0 || !std::isfinite(r.value))
+    return "(limit is 0 or value not finite: no margin)";
+  const double pct = 100.0 * std::fabs(r.value - r.limit) / std::fabs(r.limit);
+  const char* side = r.value < r.limit ? "below" : "above";
+  return r.value == r.limit ? std::string("at the limit")
+         : pct >= 1.0       ? fmt::format("{:>5.0f}% {} the limit", pct, side)
+                            : fmt::format("{:>5.2g}% {} the limit", pct, side);
+}
+
+int print_threshold_verdict(const std::vector<std::pair<std::string, Summary>>& experiments,
+                            const std::vector<ThresholdRow>& rows) {
+  int failures = 0;
+  ReportTable table("thresholds (data/thresholds.json) per experiment; --verbose lists every row:",
+                    {"experiment", "limits", "hold", "closest to its limit", "margin"});
+  table.align_left(3);
+  table.align_left(4);
+  for (const auto& [name, s] : experiments) {
+    int checked = 0, hold = 0;
+    const ThresholdRow* closest = nullptr;
+    double closest_pct = 0;
+    for (const ThresholdRow& r : rows) {
+      if (!r.present || !s.has(r.key)) continue;
+      ++checked;
+      hold += r.pass;
+      failures += !r.pass;
+      if (r.limit == 0.0 || !std::isfinite(r.value)) continue;
+      const double pct = std::fabs(r.value - r.limit) / std::fabs(r.limit);
+      if (!closest || pct < closest_pct) closest = &r, closest_pct = pct;
+    }
+    std::string margin = closest ? threshold_margin(*closest) : "-";
+    margin.erase(0, margin.find_first_not_of(' '));
+    table.add_row({name, std::to_string(checked), std::to_string(hold),
+                   closest ? closest->key : "-", margin});
+  }
+  fmt::print("\n");
+  table.print();
+  for (const ThresholdRow& r : rows)
+    if (r.present && !r.pass)
+      fmt::print("  FAIL {} = {:.6g}, limit {} {:.6g}: {}\n", r.key, r.value, r.op, r.limit,
+                 r.reason);
+  return failures;
+}
+
 int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& rows, bool gate) {
   check_thresholds(summary, rows);
   int failures = 0, shown = 0;
@@ -87,17 +135,7 @@ int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& row
       fmt::print(gate ? "\nthresholds (data/thresholds.json):\n"
                       : "\nthresholds (data/thresholds.json; for reference, not a gate: only "
                         "`statecheck suite` exits 1 on a failing row):\n");
-    // Margin: how far the value lies from the limit, relative to the limit, and on which side
-    // (an upper bound passes below it, a lower bound above it); under 1% with two digits, so
-    // that a row failing by a hair does not read "0%".
-    std::string headroom = "(limit is 0 or value not finite: no margin)";
-    if (r.limit != 0.0 && std::isfinite(r.value)) {
-      const double pct = 100.0 * std::fabs(r.value - r.limit) / std::fabs(r.limit);
-      const char* side = r.value < r.limit ? "below" : "above";
-      headroom = r.value == r.limit ? std::string("at the limit")
-                 : pct >= 1.0       ? fmt::format("{:>5.0f}% {} the limit", pct, side)
-                                    : fmt::format("{:>5.2g}% {} the limit", pct, side);
-    }
+    const std::string headroom = threshold_margin(r);
     fmt::print("  {:4} {:<52} {:>12.4g} {:2} {:<10.4g} {}\n", r.pass ? "ok" : "FAIL", r.key,
                r.value, r.op, r.limit, headroom);
     if (!r.pass) {
@@ -107,15 +145,6 @@ int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& row
   }
   return failures;
 }
-
-namespace {
-
-void print_summary(const Summary& s, const std::string& experiment) {
-  fmt::print("\n{} summary:\n", experiment);
-  for (const auto& [k, v] : s.values()) fmt::print("  {:<56} {:.6g}\n", k, v);
-}
-
-}  // namespace
 
 int run_experiment(const Options& o) {
   if (o.experiment == "suite") return run_suite(o);
@@ -137,7 +166,12 @@ int run_experiment(const Options& o) {
   it->run(o, model, file, measured);
   const Summary summary = with_experiment_prefix(o.experiment, measured);
   file.close();
-  print_summary(summary, o.experiment);
+  if (o.verbose)
+    fmt::print("\n{}", render_summary_keys(summary, o.experiment + " summary"));
+  else
+    fmt::print("\n{}: {} summary keys (--verbose prints them{})\n", o.experiment,
+               summary.values().size(),
+               o.summary.empty() ? "; --summary FILE.json writes them" : "");
   print_threshold_table(summary, rows, false);
   // The summary first: if it cannot be written, the result file is not moved into place either.
   if (!o.summary.empty()) write_run_summary(o.summary, summary, rows, info, model.tp, o);

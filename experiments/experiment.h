@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/io/hdf5_file.h"
@@ -137,6 +138,17 @@ Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
 // header says that the table is for reference only (a single experiment, whose protocol may
 // differ from the suite's the limits were set for).
 int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& rows, bool gate);
+
+// The margin of a checked row, as print_threshold_table prints it: "35% below the limit", "0.81%
+// above the limit", "at the limit", or a note that a zero limit or a non-finite value has none.
+std::string threshold_margin(const ThresholdRow& row);
+
+// The suite's verdict, printed last: one table row per experiment with limits that apply to its
+// summary (limits checked, how many hold, the row closest to its limit), then every failing row
+// with its reason. `experiments`: (name, that experiment's summary) in suite order; `rows`:
+// checked by check_thresholds. Returns the number of failing rows.
+int print_threshold_verdict(const std::vector<std::pair<std::string, Summary>>& experiments,
+                            const std::vector<ThresholdRow>& rows);
 
 // Path of data/thresholds.json.
 std::string thresholds_path();

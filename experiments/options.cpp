@@ -190,6 +190,8 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   common("summary", po::value(&o.summary), "write the flat summary JSON here");
   common("threads", po::value(&o.threads)->default_value(0),
          "worker threads (0: all hardware threads)");
+  common("verbose", po::bool_switch(&o.verbose),
+         "also print every summary key and the whole threshold table");
 
   auto numeric = d.numeric.add_options();
   numeric("codec", po::value(&t.codec)->default_value(t.codec), "chain: codec of the checkpoints");

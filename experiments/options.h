@@ -44,6 +44,8 @@ struct Options {
   std::string run_stamp;  // UTC time of the parse, YYYYMMDDTHHMMSSZ (empty: the time of the call)
   std::string summary;    // summary JSON; empty: none (suite: <out>/summary.json)
   int threads = 0;        // 0: hardware threads; more than the hardware has: clamped, with a note
+  // --verbose: also print every summary key and the whole threshold table.
+  bool verbose = false;
   std::string command_line;
 
   // Numerical experiments.

@@ -1,7 +1,9 @@
 // `statecheck suite`: every experiment the build supports, one result file each
 // (results/<experiment>.h5), one merged summary (results/summary.json), the plots
 // (results/plots/*.png, scripts/plot.py) and the regression gate against data/thresholds.json:
-// exit 1, with the failing rows printed, when a limit breaks.
+// exit 1, with the failing rows printed, when a limit breaks. Each experiment prints its own
+// compact table; the verdict (per experiment, then the failing rows) comes last. The summary keys
+// go to the summary file and, with --verbose, to stdout with the whole threshold table.
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -22,6 +24,7 @@
 #include "core/workloads/mooncake_trace.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"
+#include "experiments/report_table.h"
 #include "experiments/summary_keys.h"
 
 extern char** environ;
@@ -32,7 +35,7 @@ namespace {
 
 // Draws the plots with Debian's python3 (matplotlib + h5py). A missing interpreter or module is
 // reported, never hidden; it does not fail the suite (the numbers are in the HDF5 files).
-void make_plots(const std::string& dir) {
+void make_plots(const std::string& dir, const std::string& summary_path) {
   if (const char* off = std::getenv("STATECHECK_NO_PLOTS"); off && *off) {
     fmt::print("plots: skipped (STATECHECK_NO_PLOTS is set)\n");
     return;
@@ -47,12 +50,14 @@ void make_plots(const std::string& dir) {
     if (entry.path().extension() == ".h5") files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
   args.insert(args.end(), files.begin(), files.end());
+  args.push_back(summary_path);  // for the one-page summary figure
   args.push_back("--out");
   args.push_back(dir + "/plots");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  fmt::print("plots: {} {} <{} result files> --out {}/plots\n", python, script, files.size(), dir);
+  fmt::print("plots: {} {} <{} result files> {} --out {}/plots\n", python, script, files.size(),
+             summary_path, dir);
   std::fflush(stdout);
   pid_t pid = 0;
   int status = -1;
@@ -62,10 +67,10 @@ void make_plots(const std::string& dir) {
   if (!ok)
     fmt::print(
         "plots: NOT drawn ({}); install python3-matplotlib and python3-h5py (scripts/setup.sh), "
-        "then run scripts/plot.py {}/*.h5 --out {}/plots\n",
+        "then run scripts/plot.py {}/*.h5 {} --out {}/plots\n",
         spawn != 0 ? fmt::format("cannot start {}: {}", python, std::strerror(spawn))
                    : fmt::format("exit status {}", WIFEXITED(status) ? WEXITSTATUS(status) : -1),
-        dir, dir);
+        dir, summary_path, dir);
 }
 
 }  // namespace
@@ -127,6 +132,7 @@ int run_suite(const Options& base) {
   // Removed again (if empty) when the suite fails; kept once its files are committed.
   CreatedDirectories result_dir("--out " + dir, dir);
   Summary all;
+  std::vector<std::pair<std::string, Summary>> per_experiment;  // for the verdict
   fmt::print("suite: model {} at TP {}, {} protocol, results in {}/\n", model.name, model.tp,
              base.quick ? "quick" : "full", dir);
   if (base.device == Device::cuda) {
@@ -153,10 +159,20 @@ int run_suite(const Options& base) {
     e.run(o, model, file, measured);
     const Summary s = with_experiment_prefix(e.name, measured);
     file.close();
-    for (const auto& [k, v] : s.values()) fmt::print("  {:<56} {:.6g}\n", k, v);
+    if (o.verbose) fmt::print("{}", render_summary_keys(s, e.name + " summary keys"));
     all.merge(s);
+    per_experiment.emplace_back(e.name, s);
   }
-  const int failures = print_threshold_table(all, rows, true);
+  check_thresholds(all, rows);
+  write_run_summary(summary_path, all, rows,
+                    RunInfo::collect(base.command_line, base.seed, model.name), model.tp, base);
+  for (auto& f : files) f->commit();
+  result_dir.keep();
+  fmt::print("\nwrote {}/*.h5 and {} ({} summary keys{})\n", dir, summary_path, all.values().size(),
+             base.verbose ? "" : "; --verbose prints them");
+  make_plots(dir, summary_path);
+  if (base.verbose) print_threshold_table(all, rows, true);
+  const int failures = print_threshold_verdict(per_experiment, rows);
   int skipped = 0;
   std::string unmeasured;
   for (const auto& r : rows)
@@ -164,18 +180,9 @@ int run_suite(const Options& base) {
   // Named, so that a misspelled key (a limit that can never be measured) shows.
   if (skipped)
     fmt::print("  ({} limits not measured by this build or protocol: {})\n", skipped, unmeasured);
-  write_run_summary(summary_path, all, rows,
-                    RunInfo::collect(base.command_line, base.seed, model.name), model.tp, base);
-  for (auto& f : files) f->commit();
-  result_dir.keep();
-  fmt::print("\nwrote {}/*.h5 and {}\n", dir, summary_path);
-  make_plots(dir);
   if (failures > 0) {
-    fmt::print("\nsuite: {} threshold(s) FAILED:\n", failures);
-    for (const auto& r : rows)
-      if (!r.pass)
-        fmt::print("  {} = {:.6g}, limit {} {:.6g} ({})\n", r.key, r.value, r.op, r.limit,
-                   r.reason);
+    fmt::print("\nsuite: {} of {} measured thresholds FAILED (rows above)\n", failures,
+               static_cast<int>(rows.size()) - skipped);
     return 1;
   }
   fmt::print("\nsuite: all {} measured thresholds hold\n", static_cast<int>(rows.size()) - skipped);

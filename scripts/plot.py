@@ -1,14 +1,22 @@
 #!/usr/bin/python3
 """Draws every figure the given statecheck result files support, as PNG.
 
-    scripts/plot.py RESULT.h5 [RESULT.h5 ...] --out DIR
+    scripts/plot.py RESULT.h5 [RESULT.h5 ...] [SUMMARY.json] --out DIR
 
 Reads HDF5 with h5py and draws with matplotlib (Debian's /usr/bin/python3 with
 python3-matplotlib and python3-h5py; see scripts/setup.sh). Each experiment group in a file
 (codec, chain, memory, capacity, firecount, replay, kl, inloop, bench) has one plotting function below;
-groups a file does not hold are skipped. Axes carry labels and units.
+groups a file does not hold are skipped. Axes carry labels and units. Values that are exactly 0
+on a log axis are marked "exact 0" at the foot of the axis, never drawn as a bar at a floor.
+Limits of data/thresholds.json are drawn where they apply to a plotted value.
+
+The one-page summary (summary.png: bytes per cached state, state and decode error, KL and
+capacity gained, per codec) reads a summary JSON: the one given, else summary.json beside the
+first result file. Summary keys are read with or without their experiment prefix
+("codec.int8.state_relerr" or "int8.state_relerr").
 """
 import argparse
+import json
 import os
 import sys
 
@@ -39,6 +47,69 @@ def _title(f, what):
     return f"{what}\n{model} TP {tp}" if model else what
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _thresholds():
+    """data/thresholds.json's limits {key: {"op", "limit", "reason"}}, or {} when unreadable."""
+    try:
+        with open(os.path.join(HERE, "..", "data", "thresholds.json"), encoding="utf-8") as f:
+            return json.load(f).get("limits", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _limit(key, experiment=None):
+    """(op, limit) of the threshold on `key` (with or without the experiment prefix), or None."""
+    limits = _thresholds()
+    for k in ([f"{experiment}.{key}"] if experiment else []) + [key]:
+        if k in limits:
+            return limits[k]["op"], float(limits[k]["limit"])
+    return None
+
+
+def _log_values(ax, x, values, width, label, color, zero_text="exact 0"):
+    """Bars of `values` on a log axis; an exact zero gets no bar but a marker and `zero_text` at
+    the foot of the axis (set the y limits first: _log_limits)."""
+    values = np.asarray(values, dtype=float)
+    pos = values > 0
+    ax.bar(np.asarray(x)[pos], values[pos], width, label=label, color=color)
+    lo = ax.get_ylim()[0]
+    for xi, v in zip(np.asarray(x)[~pos], values[~pos]):
+        ax.plot([xi], [lo], marker="o", ms=7, mfc="white", mec=color, mew=1.5, clip_on=False, zorder=5)
+        ax.annotate(zero_text, (xi, lo), xytext=(0, 9), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=7, rotation=90, color=color)
+
+
+def _log_limits(ax, *arrays, below=10.0, above=3.0):
+    """Log y limits spanning the positive values of `arrays`, with room below for zero markers."""
+    v = np.concatenate([np.ravel(np.asarray(a, dtype=float)) for a in arrays])
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size == 0:
+        v = np.array([1.0])
+    ax.set_yscale("log")
+    ax.set_ylim(v.min() / below, v.max() * above)
+
+
+def _draw_limit(ax, x, key, experiment=None, width=0.8, color="k"):
+    """A short horizontal line at the threshold on `key` over x, with its operator."""
+    lim = _limit(key, experiment)
+    if lim is None or lim[1] <= 0 and ax.get_yscale() == "log":
+        return False
+    op, value = lim
+    ax.plot([x - width / 2, x + width / 2], [value, value], color=color, lw=1.6, ls="-", zorder=6)
+    ax.annotate(f"limit {op} {value:.3g}", (x + width / 2, value), xytext=(2, 0),
+                textcoords="offset points", fontsize=6, va="center", color=color)
+    return True
+
+
+def _smooth(y, window):
+    """Centred moving average over `window` points (edges averaged over the points present)."""
+    y = np.asarray(y, dtype=float)
+    k = np.ones(window)
+    return np.convolve(y, k, "same") / np.convolve(np.ones_like(y), k, "same")
+
+
 def _save(fig, out, name):
     path = os.path.join(out, name)
     fig.tight_layout()
@@ -53,17 +124,22 @@ def plot_codec(f, out):
     paths = []
     state = [float(g[n]["state_relerr"][()]) for n in names]
     decode = [float(g[n]["decode_relerr"][()]) for n in names]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     x = np.arange(len(names))
-    floor = 1e-9  # fp32 is exactly 0: drawn at the floor of the log axis
-    ax.bar(x - 0.2, [max(v, floor) for v in state], 0.4, label="state relerr ||S_hat - S||_F / ||S||_F")
-    ax.bar(x + 0.2, [max(v, floor) for v in decode], 0.4, label="decode relerr ||O_hat - O||_F / ||O||_F")
-    ax.set_yscale("log")
+    _log_limits(ax, state, decode, above=30)
+    _log_values(ax, x - 0.2, state, 0.4, "state relerr ||S_hat - S||_F / ||S||_F", "C0")
+    _log_values(ax, x + 0.2, decode, 0.4, "decode relerr ||O_hat - O||_F / ||O||_F", "C1")
+    drawn = False
+    for i, n in enumerate(names):
+        drawn |= _draw_limit(ax, i - 0.2, f"{n}.state_relerr", "codec", 0.4)
+        drawn |= _draw_limit(ax, i + 0.2, f"{n}.decode_relerr", "codec", 0.4)
+    if drawn:
+        ax.plot([], [], "k-", lw=1.6, label="limit (data/thresholds.json)")
     ax.set_xticks(x, names)
     ax.set_xlabel("codec")
     ax.set_ylabel("relative error (dimensionless, log scale)")
-    ax.set_title(_title(f, f"codec error, drive {_attr(g, 'drive')}"))
-    ax.legend(fontsize=8)
+    ax.set_title(_title(f, f"codec error, drive {_attr(g, 'drive')} (exact 0: the round trip is the identity)"))
+    ax.legend(fontsize=8, loc="upper left")
     paths.append(_save(fig, out, "codec_error_per_codec.png"))
 
     if "int8" in g:
@@ -97,9 +173,13 @@ def plot_chain(f, out):
     ax.plot(g["n"][()], g["relerr"][()], "o-", label=f"drive {_attr(g, 'drive')}")
     if "ablation_no_contraction" in g:
         a = g["ablation_no_contraction"]
-        ax.plot(a["n"][()], a["relerr"][()], "s--", label="ablation: g = 0, beta x 1e-3 (no contraction)")
         n = a["n"][()].astype(float)
-        ax.plot(n, a["relerr"][0] * np.sqrt((n + 1) / 2), ":", color="gray", label="sqrt((n + 1) / 2) growth")
+        # The reference is drawn first as a wide band, so that the ablation lying on it stays
+        # visible on top of it instead of hiding it.
+        ax.plot(n, a["relerr"][0] * np.sqrt((n + 1) / 2), "-", color="gray", lw=7, alpha=0.35,
+                solid_capstyle="round", label="reference: ablation at n = 1 x sqrt((n + 1) / 2)")
+        ax.plot(a["n"][()], a["relerr"][()], "s--", color="C1", ms=5,
+                label="ablation: g = 0, beta x 1e-3 (no contraction)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("chained checkpoints n over T tokens (log scale)")
@@ -140,44 +220,76 @@ def plot_kl(f, out):
     g = f["kl"]
     names = _strings(g["variants"])
     model = _attr(g, "model")
-    floor = 1e-12  # fp32 is exactly 0: drawn at the floor of the log axis
     paths = []
     pos = g["kl_mean_position"][()]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    interval = int(_attr(g, "chain_interval_bytes") or 0)
+    exact = [n for i, n in enumerate(names) if np.all(pos[i] == 0)]
+    # Three panels, each a few lines: one restore, re-cached every `interval` bytes, and a bf16
+    # state pool against one bf16 and one int8 restore; an 8-byte moving average, since one
+    # position's KL varies by orders of magnitude from byte to byte.
+    facets = [("one restore", [n for n in names if "chained" not in n and n != "bf16_state_pool"]),
+              (f"re-cached every {interval} bytes", [n for n in names if "chained" in n]),
+              ("bf16 state pool vs one restore", [n for n in ("bf16", "int8_bf16_scale", "bf16_state_pool")
+                                                   if n in names])]
+    window = 8
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.5), sharey=True)
     x = np.arange(pos.shape[1])
-    for i, n in enumerate(names):
-        if n.startswith("fp32"):
-            continue
-        style = ":" if n == "bf16_state_pool" else "--" if "chained" in n else "-"
-        ax.plot(x, np.maximum(pos[i], floor), style, label=n, lw=1.2)
-    ax.set_yscale("log")
-    ax.set_xlabel("position in the continuation after the restore (bytes)")
-    ax.set_ylabel("mean KL(p_ref || p_restored) (nats, log scale)")
-    ax.set_title(f"KL along the continuation, {model} (chained: re-cached every "
-                 f"{_attr(g, 'chain_interval_bytes')} bytes)")
-    ax.legend(fontsize=7, ncol=2)
+    smooth = np.array([_smooth(p, window) for p in pos])
+    positive = smooth[smooth > 0]
+    # One colour per codec in every panel.
+    bases = []
+    for n in names:
+        b = n.replace(f"_chained{interval}", "")
+        if b not in bases:
+            bases.append(b)
+    for ax, (what, members) in zip(axes, facets):
+        for n in members:
+            i = names.index(n)
+            if n in exact:
+                continue
+            base = n.replace(f"_chained{interval}", "")
+            ax.plot(x, smooth[i], lw=1.4, color=f"C{bases.index(base) % 10}", label=base)
+        if "re-cached" in what and interval > 0:
+            for c in range(interval, pos.shape[1], interval):
+                ax.axvline(c, color="k", ls="--", lw=0.9)
+                ax.annotate("re-cached here", (c, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                            textcoords="offset points", fontsize=7)
+        zeros = [n for n in members if n in exact]
+        if zeros:
+            ax.text(0.02, 0.03, "KL exactly 0 at every position: " + ", ".join(zeros), transform=ax.transAxes,
+                    fontsize=7, va="bottom")
+        ax.set_yscale("log")
+        if positive.size:
+            ax.set_ylim(positive.min() / 3, positive.max() * 3)
+        ax.set_title(what, fontsize=9)
+        ax.set_xlabel("position after the restore (bytes)")
+        ax.legend(fontsize=7, loc="upper right")
+    axes[0].set_ylabel(f"mean KL(p_ref || p_restored), {window}-byte moving average\n(nats, log scale)")
+    fig.suptitle(f"KL along the continuation, {model}", fontsize=11)
     paths.append(_save(fig, out, "kl_vs_position.png"))
 
     mean, p99, mx = g["mean_nats"][()], g["p99_nats"][()], g["max_nats"][()]
     top1 = g["top1_agreement"][()]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     xi = np.arange(len(names))
-    ax.bar(xi - 0.2, np.maximum(mean, floor), 0.4, label="mean")
-    ax.bar(xi + 0.2, np.maximum(p99, floor), 0.4, label="p99")
-    ax.plot(xi, np.maximum(mx, floor), "k_", markersize=14, label="max")
+    _log_limits(ax, mean, p99, mx, below=30, above=3e3)  # room for the top-1 labels
+    _log_values(ax, xi - 0.2, mean, 0.4, "mean", "C0")
+    _log_values(ax, xi + 0.2, p99, 0.4, "p99", "C1")
+    lo = ax.get_ylim()[0]
+    pos_max = mx > 0
+    ax.plot(xi[pos_max], mx[pos_max], "k_", markersize=14, label="max")
     for i in xi:
-        ax.annotate(f"top-1 {top1[i]:.4f}", (i, max(mx[i], floor)), fontsize=6, ha="center",
+        ax.annotate(f"top-1 {top1[i]:.4f}", (i, mx[i] if mx[i] > 0 else lo * 30), fontsize=6, ha="center",
                     xytext=(0, 4), textcoords="offset points", rotation=90)
-    ax.set_yscale("log")
-    ax.set_ylim(floor / 3, max(float(np.max(mx)), floor) * 3e3)  # room for the top-1 labels
     ax.set_xticks(xi)
     ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
     ax.set_xlabel("variant (codec of the restored state)")
     ax.set_ylabel("KL(p_ref || p_restored) (nats, log scale)")
-    ax.set_title(f"next-byte KL per codec, {model}")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"next-byte KL per codec, {model} (exact 0: every distribution unchanged)")
+    ax.legend(fontsize=8, loc="upper left")
     paths.append(_save(fig, out, "kl_per_codec.png"))
 
+    floor = 1e-12  # KL vs prefix: variants with KL exactly 0 are left out of it (named in the title)
     pre = g["kl_mean_prefix"][()]
     plen = g["prefix_lengths"][()]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -249,7 +361,16 @@ def plot_capacity(f, out):
                    label=f"{mode}: states the pool can cache ({int(g[mode]['cacheable_states'][()])})")
     ax.plot(K, g["cached_prefix_fraction"][()], "k--", lw=1, label="ceiling: Cg-aligned cached prefix fraction")
     ax.set_xlabel("distinct prefixes K (count)")
-    ax.set_ylabel("reuse_frac = cached / prompt tokens (PROBE)")
+    for mode, marker in (("bf16", "o"), ("int8", "s")):
+        for i, k in enumerate(K):
+            lim = _limit(f"{mode}.K{int(k)}.reuse_frac", "capacity")
+            if lim is None:
+                continue
+            op, value = lim
+            ax.plot([k], [value], marker="^" if ">" in op else "v", color="C0" if mode == "bf16" else "C1",
+                    ms=8, mfc="none", ls="none")
+    ax.plot([], [], "k^", mfc="none", ls="none", label="limit: reuse_frac above (^) / below (v), data/thresholds.json")
+    ax.set_ylabel("fraction of probe tokens served from cache\n(reuse_frac: cached / prompt tokens)")
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(_title(f, f"K-sweep, {_attr(g['int8'], 'strategy')}, A = {_attr(g['int8'], 'active_slots')}, "
                            f"C = {_attr(g['int8'], 'ckpt_slots')}, {_attr(g, 'parallel')} in flight"))
@@ -279,23 +400,51 @@ def plot_firecount(f, out):
 
 
 def plot_replay(f, out):
-    """Trace replay: token hit rate per minute of trace time for every mode
+    """Trace replay: token hit rate per minute of trace time for every mode, in two panels (pools at
+    equal memory, where the KV cache binds; state pools that bind), each mode with its own marker
+    and its overall rate, and the limits of data/thresholds.json on the unbounded cache's rate
     (experiments/replay.cpp)."""
     g = f["replay"]
     modes = _strings(g["modes"])
     curve = g["hit_rate_per_minute"][()]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    reuse = float(g["trace_token_reuse"][()])
     t = np.arange(curve.shape[1])
-    for i, m in enumerate(modes):
-        rate = float(g[m]["token_hit_rate"][()])
-        ax.plot(t, curve[i], label=f"{m} ({rate:.3f} overall, {_attr(g[m], 'pool_contents')})")
-    ax.axhline(float(g["trace_token_reuse"][()]), color="k", ls=":", lw=1,
-               label=f"trace's own prefix reuse ({float(g['trace_token_reuse'][()]):.3f} of tokens)")
-    ax.set_xlabel("trace time (minutes since the first request)")
-    ax.set_ylabel("token hit rate of requests arriving that minute")
-    ax.set_ylim(0, 1)
-    ax.set_title(_title(f, f"replay of {os.path.basename(str(_attr(g, 'trace')))} ({_attr(g, 'requests')} requests)"))
-    ax.legend(fontsize=7)
+    panels = [("pools at equal memory (KV cache binds)", [m for m in modes if not m.startswith("state_bound")]),
+              ("state pools bind", [m for m in modes if m.startswith("state_bound")])]
+    panels = [p for p in panels if p[1]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.8), sharey=True, squeeze=False)
+    markers = ["o", "s", "^", "D", "v", "P"]
+    for ax, (what, members) in zip(axes[0], panels):
+        for j, m in enumerate(members):
+            i = modes.index(m)
+            rate = float(g[m]["token_hit_rate"][()])
+            same = [o for o in members[:j] if np.array_equal(curve[modes.index(o)], curve[i])]
+            covered = any(np.array_equal(curve[modes.index(o)], curve[i]) for o in members[j + 1:])
+            note = f", same curve as {same[0]}" if same else ""
+            # A curve that a later one repeats gets large hollow markers, the repeat small filled
+            # ones inside them and a dashed line: both stay visible.
+            line, = ax.plot(t, curve[i], marker=markers[j % len(markers)], ms=12 if covered else 4 if same else 7,
+                            mfc=None if same else "none", ls="--" if same else "-", lw=1.2,
+                            label=f"{m}: {rate:.3f} overall ({_attr(g[m], 'pool_contents')}{note})")
+            ax.axhline(rate, color=line.get_color(), ls=(0, (2, 4)), lw=0.8)
+        unbounded = "unbounded" in members
+        ax.axhline(reuse, color="k", ls=":", lw=1.2,
+                   label=f"trace's own prefix reuse {reuse:.3f}" + (": upper limit of the unbounded cache" if unbounded else ""))
+        lim = _limit("unbounded_over_trace_token_reuse", "replay")
+        if lim is not None and unbounded:
+            ax.axhline(lim[1] * reuse, color="k", ls="-.", lw=1.0,
+                       label=f"lower limit of the unbounded cache: {lim[1]:g} x trace reuse (data/thresholds.json)")
+        key = "state_bound.int8_minus_bf16.token_hit_rate" if "state pools" in what else "int8_minus_bf16.token_hit_rate"
+        lim = _limit(key, "replay")
+        if lim is not None:
+            what += f"\nlimit: int8 overall minus bf16 overall {lim[0]} {lim[1]:g} (data/thresholds.json)"
+        ax.set_title(what, fontsize=9)
+        ax.set_xlabel("trace time (minutes since the first request)")
+        ax.set_ylim(0, max(0.5, float(np.nanmax(curve)) * 1.6))
+        ax.legend(fontsize=6.5, loc="upper left")
+    axes[0][0].set_ylabel("token hit rate of requests arriving that minute\n(finely dotted horizontal: overall rate of the mode)")
+    fig.suptitle(_title(f, f"replay of {os.path.basename(str(_attr(g, 'trace')))} ({_attr(g, 'requests')} requests)"),
+                 fontsize=10)
     return [_save(fig, out, "replay_hit_rate_over_time.png")]
 
 
@@ -365,6 +514,157 @@ def plot_inloop(f, out):
     return paths
 
 
+def plot_bench(f, out):
+    """bench: per kernel its figure against the ceiling measured in the same run: GB/s and the
+    fraction of the copy bandwidth for memory-bound kernels; GFLOP/s and the fraction of the fp32
+    FMA peak for compute-bound ones (experiments/bench.cpp, experiments/bench_gpu.cpp)."""
+    g = f["bench"]
+    memory = [k for k in g if isinstance(g[k], h5py.Group) and "fraction_of_copy" in g[k]]
+    compute = [k for k in g if isinstance(g[k], h5py.Group) and "fraction_of_peak" in g[k]]
+    if not memory and not compute:
+        return []
+    device = _attr(g, "device")
+    copy = float(g["copy_gbps"][()]) if "copy_gbps" in g else float("nan")
+    rows = [("memory", k) for k in memory] + [("compute", k) for k in compute]
+    height = max(3.5, 0.22 * len(rows) + 1.8)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, height), sharey=True)
+    y = np.arange(len(rows))
+    for i, (bound, k) in enumerate(rows):
+        if bound == "memory":
+            ax.barh(i, float(g[k]["gbps"][()]), color="C0")
+            bx.barh(i, 100 * float(g[k]["fraction_of_copy"][()]), color="C0")
+        else:
+            ax.barh(i, float(g[k]["gflops"][()]), color="C2")
+            bx.barh(i, 100 * float(g[k]["fraction_of_peak"][()]), color="C2")
+        frac = g[k]["fraction_of_copy" if bound == "memory" else "fraction_of_peak"][()]
+        bx.annotate(f"{100 * float(frac):.0f}%", (100 * float(frac), i), xytext=(2, 0),
+                    textcoords="offset points", va="center", fontsize=6)
+    ax.set_yticks(y, [f"{k} ({'GFLOP/s' if b == 'compute' else 'GB/s'})" for b, k in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("GB/s (blue: memory-bound) or GFLOP/s (green: compute-bound), log scale")
+    ax.set_title(f"copy bandwidth {copy:.3g} GB/s" + (
+        f", fp32 FMA peak {float(g['fma_peak_gflops'][()]):.3g} GFLOP/s" if "fma_peak_gflops" in g else ""),
+        fontsize=9)
+    bx.axvline(100, color="k", ls=":", lw=1)
+    bx.set_xlabel("% of the ceiling measured in the same run")
+    bx.set_title("fraction of the ceiling (blue: of the copy bandwidth, green: of the fp32 FMA peak)",
+                 fontsize=9)
+    fig.suptitle(f"bench, {device}", fontsize=10)
+    return [_save(fig, out, "bench_per_kernel.png")]
+
+
+def _summary_values(path):
+    """The numeric entries of a summary JSON: top-level numbers, and those of any nested object
+    of numbers (a "values" or "metrics" object), keyed as written. Non-numeric entries (meta,
+    units, thresholds) are left out."""
+    with open(path, encoding="utf-8") as f:
+        d = json.load(f)
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+        elif isinstance(v, dict) and k in ("values", "metrics"):
+            out.update({kk: float(vv) for kk, vv in v.items() if isinstance(vv, (int, float))})
+    meta = d.get("meta") if isinstance(d.get("meta"), dict) else {}
+    return out, meta
+
+
+def _get(values, experiment, key, default=float("nan")):
+    """A summary value by its key with the experiment prefix ("codec.int8.state_relerr") or without
+    it ("int8.state_relerr")."""
+    for k in (f"{experiment}.{key}", key):
+        if k in values:
+            return values[k]
+    return default
+
+
+def plot_summary(path, out, run=None):
+    """One page that answers "what does caching the state in codec X cost and gain?": bytes per
+    cached state, state and decode error, next-byte KL and capacity, per codec (summary.png).
+    `run`: {"model", "tp"} for the title where the summary has no "meta" object."""
+    values, meta = _summary_values(path)
+    meta = {**(run or {}), **meta}
+    codecs = [c for c in ("fp32", "bf16", "int8", "fp8_e4m3", "fp8_e4m3_raw")
+              if np.isfinite(_get(values, "codec", f"{c}.bytes_per_state"))]
+    if not codecs:
+        return []
+    x = np.arange(len(codecs))
+    nbytes = np.array([_get(values, "codec", f"{c}.bytes_per_state") for c in codecs])
+    state = np.array([_get(values, "codec", f"{c}.state_relerr") for c in codecs])
+    decode = np.array([_get(values, "codec", f"{c}.decode_relerr") for c in codecs])
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    (a, b), (c, d) = axes
+
+    a.bar(x, nbytes / 2**20, color="C0")
+    ref = nbytes[codecs.index("fp32")] if "fp32" in codecs else nbytes.max()
+    for i, v in enumerate(nbytes):
+        a.annotate(f"{v / 2**20:.2f} MiB\n{v / ref:.2f} x fp32", (i, v / 2**20), xytext=(0, 3),
+                   textcoords="offset points", ha="center", fontsize=7)
+    a.set_xticks(x, codecs)
+    a.set_ylim(0, nbytes.max() / 2**20 * 1.25)
+    a.set_ylabel("bytes per cached state (MiB, one sequence,\nall linear layers of one TP shard)")
+    a.set_title("memory: bytes per cached state", fontsize=10)
+
+    _log_limits(b, state, decode, above=30)
+    _log_values(b, x - 0.2, state, 0.4, "state relerr ||S_hat - S||_F / ||S||_F", "C0")
+    _log_values(b, x + 0.2, decode, 0.4, "decode relerr ||O_hat - O||_F / ||O||_F", "C1")
+    for i, n in enumerate(codecs):
+        _draw_limit(b, i - 0.2, f"{n}.state_relerr", "codec", 0.4)
+        _draw_limit(b, i + 0.2, f"{n}.decode_relerr", "codec", 0.4)
+    b.set_xticks(x, codecs)
+    b.set_ylabel("relative error (log scale)")
+    b.set_title("error after one restore (black: limits of data/thresholds.json)", fontsize=10)
+    b.legend(fontsize=7, loc="upper left")
+
+    variants = [v for v in ("fp32", "bf16", "int8_bf16_scale", "int8_fp32_scale", "fp8_e4m3", "bf16_state_pool")
+                if np.isfinite(_get(values, "kl", f"{v}.mean_nats"))]
+    if variants:
+        kx = np.arange(len(variants))
+        mean = np.array([_get(values, "kl", f"{v}.mean_nats") for v in variants])
+        top1 = np.array([_get(values, "kl", f"{v}.top1_agreement") for v in variants])
+        _log_limits(c, mean, above=100)
+        _log_values(c, kx, mean, 0.6, "mean KL", "C2")
+        for i, t in enumerate(top1):
+            if np.isfinite(t) and mean[i] > 0:
+                c.annotate(f"top-1 {t:.4f}", (i, mean[i]), xytext=(0, 3), textcoords="offset points",
+                           ha="center", fontsize=7)
+        c.set_xticks(kx, variants, rotation=20, ha="right", fontsize=8)
+        c.set_ylabel("mean next-byte KL (nats, log scale)")
+        c.set_title("tiny language model after one restore (top-1: same greedy byte)", fontsize=10)
+    else:
+        c.text(0.5, 0.5, "no kl keys in this summary", ha="center", va="center", transform=c.transAxes)
+        c.set_axis_off()
+
+    gain = ref / nbytes
+    d.bar(x, gain, color="C4")
+    for i, v in enumerate(gain):
+        d.annotate(f"{v:.2f} x", (i, v), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+    d.set_xticks(x, codecs)
+    d.set_ylim(0, gain.max() * 1.6)
+    d.set_ylabel("cached states per GiB, relative to fp32")
+    d.set_title("capacity: states a GiB of pool holds", fontsize=10)
+    lines = []
+    knee_b, knee_i = _get(values, "capacity", "bf16.knee_K"), _get(values, "capacity", "int8.knee_K")
+    if np.isfinite(knee_b) and np.isfinite(knee_i):
+        lines.append(f"K-sweep knee: bf16 single pool {knee_b:.0f} -> int8 checkpoint pool {knee_i:.0f} "
+                     f"distinct prefixes ({knee_i / knee_b:.2g} x)")
+    sb, si = (_get(values, "replay", "state_bound_bf16.token_hit_rate"),
+              _get(values, "replay", "state_bound_int8.token_hit_rate"))
+    if np.isfinite(sb) and np.isfinite(si):
+        lines.append(f"trace replay, state pools bind: token hit rate bf16 {sb:.3f} -> int8 {si:.3f}")
+    eb, ei = _get(values, "replay", "bf16.token_hit_rate"), _get(values, "replay", "int8.token_hit_rate")
+    if np.isfinite(eb) and np.isfinite(ei):
+        lines.append(f"trace replay, KV cache binds: bf16 {eb:.3f}, int8 {ei:.3f}")
+    if lines:
+        d.text(0.02, 0.97, "measured in the cache model:\n" + "\n".join(lines), transform=d.transAxes,
+               fontsize=7, va="top", bbox=dict(facecolor="white", edgecolor="0.7"))
+    who = " ".join(f"{'TP ' if k == 'tp' else ''}{meta[k]}" for k in ("model", "tp") if k in meta)
+    fig.suptitle("what caching the recurrent state costs and gains, per codec"
+                 + (f" ({who})" if who else "") + f"\nfrom {os.path.basename(path)}", fontsize=11)
+    return [_save(fig, out, "summary.png")]
+
+
 PLOTTERS = [
     ("codec", plot_codec),
     ("chain", plot_chain),
@@ -374,17 +674,21 @@ PLOTTERS = [
     ("replay", plot_replay),
     ("kl", plot_kl),
     ("inloop", plot_inloop),
+    ("bench", plot_bench),
 ]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", help="statecheck result files (.h5)")
+    p.add_argument("files", nargs="+",
+                   help="statecheck result files (.h5) and, for summary.png, a summary (.json)")
     p.add_argument("--out", required=True, help="directory for the PNG files")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     drawn = []
-    for path in args.files:
+    summaries = [p for p in args.files if p.endswith(".json")]
+    results = [p for p in args.files if not p.endswith(".json")]
+    for path in results:
         try:
             f = h5py.File(path, "r")
         except OSError as e:
@@ -393,6 +697,19 @@ def main():
             for group, fn in PLOTTERS:
                 if group in f:
                     drawn += fn(f, args.out)
+    if not summaries and results:
+        beside = os.path.join(os.path.dirname(results[0]), "summary.json")
+        if os.path.isfile(beside):
+            summaries = [beside]
+    run = {}
+    if results:
+        with h5py.File(results[0], "r") as f:
+            run = {k: _attr(f, k) for k in ("model", "tp") if k in f.attrs}
+    for path in summaries:
+        try:
+            drawn += plot_summary(path, args.out, run)
+        except (OSError, ValueError) as e:
+            sys.exit(f"plot.py: {path}: cannot read as a summary JSON ({e})")
     for d in drawn:
         print(f"  plot: {d}")
     if not drawn:

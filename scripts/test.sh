@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set-up if needed, build, and run every test with ctest (GPU tests skip, with the reason, when no
-# GPU is present).
+# Set-up if needed, build, and run every test with ctest (GPU tests skip when no GPU is present);
+# then scripts/ctest_skips.py prints how many tests were skipped and why, from ctest's log.
 #   scripts/test.sh             release build in build/
 #   scripts/test.sh --sanitize  host code with AddressSanitizer + UBSan in build-sanitize/ (no CUDA)
 set -euo pipefail
@@ -14,4 +14,7 @@ else
   scripts/build.sh
 fi
 cd "${STATECHECK_BUILD_DIR:-build}"
-ctest --output-on-failure -j "$(nproc)"
+status=0
+ctest --output-on-failure -j "$(nproc)" || status=$?
+/usr/bin/python3 ../scripts/ctest_skips.py . || true
+exit "$status"

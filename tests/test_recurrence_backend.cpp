@@ -3,6 +3,7 @@
 // fp64 loop's values rounded once to fp32; the round trip the CPU codec's bytes per head; and the
 // LayerRun contract (zeroed states, copies, range and index errors).
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -15,6 +16,14 @@
 #include "core/util/rng.h"
 
 using namespace statecheck;
+
+namespace statecheck {
+// GoogleTest prints the parameter in failure messages by this (found by argument-dependent
+// lookup), instead of its bytes.
+void PrintTo(GateKind gate, std::ostream* os) {
+  *os << gate_kind_name(gate);
+}
+}  // namespace statecheck
 
 namespace {
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <ostream>
 
 #include "core/codec/codec.h"
 #include "core/dtype/bf16.h"
@@ -28,6 +29,12 @@ struct Case {
   const char* codec;
   Dtype active;
 };
+
+// GoogleTest prints the parameter in failure messages by this (found by argument-dependent
+// lookup), instead of its bytes: the case's name, as in the test's name.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.name;

@@ -4,6 +4,7 @@
 // bit for bit one launch, states not advanced left as they were.
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -25,6 +26,12 @@ struct Case {
   int H, HV, dk, dv, T;
   const char* name;
 };
+
+// GoogleTest prints the parameter in failure messages by this (found by argument-dependent
+// lookup), instead of its bytes: the case's name, as in the test's name.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class CudaBackend : public GpuTest, public ::testing::WithParamInterface<Case> {};
 

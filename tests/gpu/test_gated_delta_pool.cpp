@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <ostream>
 
 #include "core/drive/drive.h"
 #include "core/dtype/bf16.h"
@@ -34,6 +35,12 @@ struct Case {
   bool packed = false;       // ... on the packed bf16 decode variant
   bool qk_l2norm = true;
 };
+
+// GoogleTest prints the parameter in failure messages by this (found by argument-dependent
+// lookup), instead of its bytes: the case's name, as in the test's name.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.name;
