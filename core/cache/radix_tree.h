@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cache/eviction_policy.h"
 #include "core/pools/kv_pool.h"
 #include "core/pools/slot_allocator.h"
 
@@ -83,6 +84,13 @@ class RadixTree {
   // `kv`: the token KV pool (counts); `states`: the allocator cached states come from and return
   // to; `chunk_granularity` = Cg > 0 (branching points are floored to it).
   RadixTree(KvPool& kv, SlotAllocator& states, int chunk_granularity);
+
+  // The eviction policy (core/cache/eviction_policy.h), not owned; nullptr (the default) or an
+  // lru policy: the tree's own LRU order, SGLang's. Any other policy picks the victim of
+  // evict_full and evict_state among the candidates those functions would consider, and is told
+  // of every state added, hit and removed. Set it before the first insert.
+  void set_policy(EvictionPolicy* policy) { policy_ = policy; }
+  EvictionPolicy* policy() const { return policy_; }
 
   // match(tokens[0, n)). The engine passes n = len - 1 (at least one token is always recomputed);
   // this function matches exactly what it is given. Walks from the root; a partial match inside
@@ -176,6 +184,10 @@ class RadixTree {
   void touch_state(int32_t id);
   int32_t full_lru_leaf_unlocked(int32_t from) const;  // from = -1: start at the tail
   int32_t state_lru_unlocked(int32_t from) const;
+  // The policy-driven evictions (policy_ set and not lru).
+  int64_t evict_full_policy(int64_t tokens);
+  int32_t evict_state_policy(int32_t count);
+  void evict_one_state(int32_t x);
 
   KvPool& kv_;
   SlotAllocator& states_;
@@ -190,6 +202,8 @@ class RadixTree {
   int64_t full_evictable_ = 0, full_protected_ = 0;
   int32_t state_evictable_ = 0, state_protected_ = 0;
   RadixCounters counters_;
+  EvictionPolicy* policy_ = nullptr;
+  std::vector<int32_t> candidates_;  // scratch of the policy-driven evictions
 };
 
 }  // namespace statecheck
