@@ -169,9 +169,9 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
 
   Progress progress("capacity sweep points", static_cast<long>(2 * Ks.size() * o.policies.size()));
   std::vector<double> ceiling(Ks.size()), prefix_frac(Ks.size());
-  std::map<std::string, int> knees;                      // "<policy>.<mode>"
-  std::map<std::string, std::vector<double>> reuse_of;   // "<policy>.<mode>" -> per K
-  std::map<std::string, int> cacheable_of;               // mode -> states
+  std::map<std::string, int> knees;                     // "<policy>.<mode>"
+  std::map<std::string, std::vector<double>> reuse_of;  // "<policy>.<mode>" -> per K
+  std::map<std::string, int> cacheable_of;              // mode -> states
   for (PolicyKind pk : o.policies) {
     const bool lru = pk == PolicyKind::lru;
     // lru keeps the keys and groups of a run without --policy; every other policy is prefixed.

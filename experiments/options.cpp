@@ -384,8 +384,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (vm.count("out") && o.out.empty()) fail("--out needs a path");
   if (vm.count("summary") && o.summary.empty()) fail("--summary needs a path");
   if (vm.count("ckpt-slots") && o.ckpt_slots == 0)
-    fail("--ckpt-slots 0: the int8 mode needs a checkpoint pool of at least 1 slot (leave the "
-         "option out for twice --active-slots)");
+    fail(
+        "--ckpt-slots 0: the int8 mode needs a checkpoint pool of at least 1 slot (leave the "
+        "option out for twice --active-slots)");
   if (vm.count("ckpt-slots") && o.ckpt_slots < 1)
     fail("--ckpt-slots must be in [1, {}] (absent: twice the active slots), got {}", kMaxPoolSlots,
          o.ckpt_slots);

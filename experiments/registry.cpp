@@ -87,8 +87,9 @@ std::vector<ExperimentEntry> make_registry() {
       true,
       false,
       K::cache_model};
-  replay.reads = join(
-      {{"quick", "trace", "trace-bad-lines", "strategy", "policy", "budget-sweep"}, budget, engine});
+  replay.reads = join({{"quick", "trace", "trace-bad-lines", "strategy", "policy", "budget-sweep"},
+                       budget,
+                       engine});
   replay.sets_itself = {{"active-slots", replay_pools}, {"ckpt-slots", replay_pools}};
 
   ExperimentEntry kl{"kl",

@@ -318,11 +318,12 @@ std::vector<std::pair<std::string, EngineConfig>> replay_modes(
   // "<policy>.<mode>" (lru always runs: it is the engine's behaviour and the unbounded references
   // are policy-free).
   std::shared_ptr<const NextUseIndex> index;
-  const std::vector<std::pair<std::string, EngineConfig>> bounded = {
-      modes[0], modes[1], modes[4], modes[5]};
+  const std::vector<std::pair<std::string, EngineConfig>> bounded = {modes[0], modes[1], modes[4],
+                                                                     modes[5]};
   for (PolicyKind pk : o.policies) {
     if (pk == PolicyKind::lru) continue;
-    if (pk == PolicyKind::belady && !index) index = replay_next_use_index(reqs, o.chunk_granularity);
+    if (pk == PolicyKind::belady && !index)
+      index = replay_next_use_index(reqs, o.chunk_granularity);
     for (const auto& [name, c] : bounded) {
       EngineConfig pc = c;
       pc.cache.policy = pk;
@@ -437,9 +438,9 @@ void record_replay(const ReplayResult& r, H5Writer& file, Summary& summary) {
         "(cap {}), simulated {:.0f} s, wall {:.1f} s [{}]\n",
         run.mode, mr.token_hit_rate, run.counters.state_hits, run.counters.admissions,
         run.counters.hit_tokens, load_counter_name(run.config.cache), mr.dequant_loads,
-        mr.evictions,
-        run.tree.full_evicted_nodes, run.tree.state_evictions, run.retractions, run.peak_running,
-        run.max_running, run.sim_s, run.wall_s, payload_mode_name(run.config.cache.payload));
+        mr.evictions, run.tree.full_evicted_nodes, run.tree.state_evictions, run.retractions,
+        run.peak_running, run.max_running, run.sim_s, run.wall_s,
+        payload_mode_name(run.config.cache.payload));
   }
   file.write_strings(g + "/modes", names, "modes, in the order of the rows of hit_rate_per_minute");
   file.write(

@@ -33,7 +33,8 @@ Paging paging_workload(const std::vector<int>& sequence, const std::vector<int>&
   int32_t fresh = 1 << 20;
   for (int p : sequence) {
     RequestSpec s;
-    s.prompt = w.prefixes[static_cast<size_t>(p)];
+    const auto& pre = w.prefixes[static_cast<size_t>(p)];
+    s.prompt.assign(pre.begin(), pre.end());
     for (int i = 0; i < 4; ++i) s.prompt.push_back(fresh++);
     s.output_len = 1;
     w.requests.push_back(std::move(s));
@@ -96,14 +97,10 @@ TEST(CachePolicies, CyclicScanHandCounts) {
   EXPECT_EQ(paging_hits(PolicyKind::belady, kCyclic, 2, len), 3);
 }
 
-// A long prefix L (64 tokens) and two short ones over 2 slots, L S1 S2 repeated 3 times. With a
-// fixed alpha = 8 marconi's FLOP-efficiency term (0 for the short prefixes, 1 for L after
-// normalisation) outweighs recency (at most 1): L is never evicted and hits at its 2nd and 3rd
-// visits (2 hits); LRU cycles (0 hits); belady keeps L and the short prefix used next: L twice
-// plus S1 at request 4 (after S2 evicts S2's rival S1? no: at request 2 belady evicts S1, whose
-// next use (4) is later than L's (3)) -> traced: hits L@3, S2@5? S2 was just inserted at 2 and
-// kept; at 4 S1 misses and evicts S2 (next use 5 vs L 6 -> evict L? L's next use 6 is farther) --
-// so the count is checked against the paging optimum computed independently below.
+// A long prefix L (64 tokens) and two short ones (16) over 2 slots, L S1 S2 repeated 3 times.
+// LRU cycles: 0 hits. marconi with a fixed alpha = 8: the FLOP-efficiency term (normalised: 1
+// for L, 0 for a short prefix) outweighs recency (at most 1), so every eviction takes the short
+// prefix and L hits at its 2nd and 3rd visits: 2 hits. With alpha = 0 it is LRU: 0 hits.
 TEST(CachePolicies, MarconiKeepsTheLongPrefix) {
   const std::vector<int> seq = {0, 1, 2, 0, 1, 2, 0, 1, 2};
   const std::vector<int> len = {64, 16, 16};
@@ -161,8 +158,8 @@ TEST(CachePolicies, BeladyIsNeverBelowAnOnlinePolicy) {
       seq.push_back(rng.uniform() < 0.5 ? static_cast<int>(rng.below(2))
                                         : static_cast<int>(rng.below(prefixes)));
     }
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << " prefixes " << prefixes << " slots "
-                                      << slots);
+    SCOPED_TRACE(::testing::Message()
+                 << "seed " << seed << " prefixes " << prefixes << " slots " << slots);
     const int64_t bound = paging_hits(PolicyKind::belady, seq, slots, len);
     EXPECT_EQ(bound, min_hits(seq, slots));
     for (PolicyKind p : all_policies())
@@ -295,43 +292,60 @@ class FirstCandidate final : public EvictionPolicy {
 
 }  // namespace
 
+namespace {
+
+// 300 requests over 8 stems of 64..176 tokens plus 12 tokens from a 50-token vocabulary.
+std::vector<RequestSpec> stem_requests() {
+  std::vector<RequestSpec> reqs(300);
+  Rng rng(99);
+  std::vector<std::vector<int32_t>> stems;
+  for (int s = 0; s < 8; ++s) stems.push_back(synthetic_tokens(5, s, 64 + 16 * s));
+  for (RequestSpec& s : reqs) {
+    const auto& stem = stems[rng.below(stems.size())];
+    s.prompt.insert(s.prompt.end(), stem.begin(), stem.end());
+    for (int k = 0; k < 12; ++k) s.prompt.push_back(static_cast<int32_t>(rng.below(50)));
+    s.output_len = 1 + static_cast<int32_t>(rng.below(8));
+  }
+  return reqs;
+}
+
+// Cached tokens per request and the tree's counters of `reqs` (4 in flight) on a small cache;
+// `policy` (not owned) replaces the tree's own LRU when given.
+std::pair<std::vector<int64_t>, RadixCounters> serve(CacheMode mode,
+                                                     const std::vector<RequestSpec>& reqs,
+                                                     EvictionPolicy* policy) {
+  EngineConfig c;
+  c.cache.mode = mode;
+  c.cache.active_slots = 40;
+  c.cache.ckpt_slots = 12;
+  c.cache.kv_tokens = 3000;
+  c.cache.chunk_granularity = 8;
+  c.cache.payload = false;
+  c.max_running = 4;
+  Engine e(c);
+  if (policy) e.cache().tree().set_policy(policy);
+  std::vector<int64_t> cached;
+  for (const auto& r : run_closed_loop(e, reqs, 4)) cached.push_back(r.cached_tokens);
+  return {cached, e.cache().tree().counters()};
+}
+
+}  // namespace
+
 // lru is the tree's own code; the generic candidate path choosing the least recent candidate
 // must give the same decisions, request for request, on a workload that evicts both KV and
 // states (the default lru therefore does what it did before policies existed).
 TEST(CachePolicies, PolicyPathWithLeastRecentChoiceEqualsTreeLru) {
+  const std::vector<RequestSpec> reqs = stem_requests();
   for (CacheMode mode : {CacheMode::bf16, CacheMode::int8}) {
-    std::vector<std::vector<int64_t>> cached(2);
-    std::vector<RadixCounters> tree(2);
-    for (int variant = 0; variant < 2; ++variant) {
-      EngineConfig c;
-      c.cache.mode = mode;
-      c.cache.active_slots = 40;
-      c.cache.ckpt_slots = 12;
-      c.cache.kv_tokens = 3000;
-      c.cache.chunk_granularity = 8;
-      c.cache.payload = false;
-      c.max_running = 4;
-      Engine e(c);
-      FirstCandidate first;
-      if (variant == 1) e.cache().tree().set_policy(&first);
-      std::vector<RequestSpec> reqs;
-      Rng rng(99);
-      std::vector<std::vector<int32_t>> stems;
-      for (int s = 0; s < 8; ++s) stems.push_back(synthetic_tokens(5, s, 64 + 16 * s));
-      for (int i = 0; i < 300; ++i) {
-        RequestSpec s;
-        s.prompt = stems[rng.below(stems.size())];
-        for (int k = 0; k < 12; ++k) s.prompt.push_back(static_cast<int32_t>(rng.below(50)));
-        s.output_len = 1 + static_cast<int32_t>(rng.below(8));
-        reqs.push_back(std::move(s));
-      }
-      for (const auto& r : run_closed_loop(e, reqs, 4)) cached[variant].push_back(r.cached_tokens);
-      tree[variant] = e.cache().tree().counters();
-    }
-    EXPECT_EQ(cached[0], cached[1]) << cache_mode_name(mode);
-    EXPECT_EQ(tree[0].state_evictions, tree[1].state_evictions);
-    EXPECT_EQ(tree[0].full_evicted_nodes, tree[1].full_evicted_nodes);
-    EXPECT_GT(tree[0].state_evictions + tree[0].full_evicted_nodes, 0);
+    FirstCandidate first;
+    const auto [lru_cached, lru_tree] = serve(mode, reqs, nullptr);
+    const auto [path_cached, path_tree] = serve(mode, reqs, &first);
+    ASSERT_EQ(lru_cached.size(), path_cached.size());
+    for (size_t i = 0; i < lru_cached.size(); ++i)
+      ASSERT_EQ(lru_cached[i], path_cached[i]) << cache_mode_name(mode) << " request " << i;
+    EXPECT_EQ(lru_tree.state_evictions, path_tree.state_evictions);
+    EXPECT_EQ(lru_tree.full_evicted_nodes, path_tree.full_evicted_nodes);
+    EXPECT_GT(lru_tree.state_evictions + lru_tree.full_evicted_nodes, 0);
   }
 }
 
@@ -348,10 +362,11 @@ TEST(CachePolicies, ParsePolicyList) {
 TEST(CachePolicies, NextUseIndexMatchesADirectScan) {
   std::vector<std::vector<int32_t>> reqs = {
       {1, 2, 3, 4, 5}, {1, 2, 9, 9, 9}, {1, 2, 3, 4, 7}, {5, 5, 5, 5, 5}, {1, 2, 3, 4, 5, 6}};
-  NextUseIndex ix(reqs.size(), [&](size_t i) { return reqs[i]; }, 2);
+  NextUseIndex ix(
+      reqs.size(), [&](size_t i) { return reqs[i]; }, 2);
   const int32_t p4[] = {1, 2, 3, 4};
   const uint64_t k4 = ix.key(p4, 4), k2 = ix.key(p4, 2), k3 = ix.key(p4, 3);
-  EXPECT_EQ(k3, k2);  // off the grid: keyed by its floor
+  EXPECT_EQ(k3, k2);                 // off the grid: keyed by its floor
   EXPECT_EQ(ix.next_use(k4, 0), 2);  // request 2 matches [1 2 3 4] within len - 1 = 4
   EXPECT_EQ(ix.next_use(k4, 2), 4);
   EXPECT_EQ(ix.next_use(k4, 4), NextUseIndex::kNever);

@@ -8,11 +8,16 @@ namespace statecheck {
 
 const char* policy_name(PolicyKind p) {
   switch (p) {
-    case PolicyKind::lru: return "lru";
-    case PolicyKind::lru_used: return "lru-used";
-    case PolicyKind::marconi: return "marconi";
-    case PolicyKind::s3fifo: return "s3fifo";
-    case PolicyKind::belady: return "belady";
+    case PolicyKind::lru:
+      return "lru";
+    case PolicyKind::lru_used:
+      return "lru-used";
+    case PolicyKind::marconi:
+      return "marconi";
+    case PolicyKind::s3fifo:
+      return "s3fifo";
+    case PolicyKind::belady:
+      return "belady";
   }
   return "?";
 }
@@ -66,11 +71,16 @@ uint64_t token_prefix_hash(const int32_t* tokens, int64_t n) {
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(PolicyKind kind, const PolicyContext& ctx) {
   switch (kind) {
-    case PolicyKind::lru: return nullptr;
-    case PolicyKind::lru_used: return make_lru_used_policy();
-    case PolicyKind::marconi: return make_marconi_policy(ctx, -1.0);
-    case PolicyKind::s3fifo: return make_s3fifo_policy(ctx);
-    case PolicyKind::belady: return make_belady_policy(ctx);
+    case PolicyKind::lru:
+      return nullptr;
+    case PolicyKind::lru_used:
+      return make_lru_used_policy();
+    case PolicyKind::marconi:
+      return make_marconi_policy(ctx, -1.0);
+    case PolicyKind::s3fifo:
+      return make_s3fifo_policy(ctx);
+    case PolicyKind::belady:
+      return make_belady_policy(ctx);
   }
   return nullptr;
 }

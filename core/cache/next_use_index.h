@@ -1,8 +1,8 @@
 // The next-use index of the offline bound `belady` (docs/cache_policies.md): for a workload known
 // in advance, when a cached prefix is next used.
 //
-// A prefix tokens[0, d) counts as used by request j when j's matchable tokens tokens_j[0, len_j - 1)
-// start with tokens[0, c), c = floor(d / G) * G and G the chunk granularity Cg: the index holds,
+// A prefix tokens[0, d) counts as used by request j when j's matchable tokens tokens_j[0, len_j -
+// 1) start with tokens[0, c), c = floor(d / G) * G and G the chunk granularity Cg: the index holds,
 // for every request j and every multiple c of G with G <= c <= len_j - 1, the pair (key of
 // tokens_j[0, c), j). Under extra_buffer every cached state sits on the Cg grid (tracked points,
 // branching points, decode tracks at multiples of the track interval), so the key is exact there;

@@ -53,8 +53,9 @@ class BeladyPolicy final : public EvictionPolicy {
 
 std::unique_ptr<EvictionPolicy> make_belady_policy(const PolicyContext& ctx) {
   if (!ctx.next_use)
-    fail("--policy belady: the offline bound needs the whole workload in advance (a next-use "
-         "index), which this experiment does not provide");
+    fail(
+        "--policy belady: the offline bound needs the whole workload in advance (a next-use "
+        "index), which this experiment does not provide");
   return std::make_unique<BeladyPolicy>(ctx.next_use);
 }
 

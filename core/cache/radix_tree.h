@@ -120,7 +120,8 @@ class RadixTree {
   // (exclusive). unlock reverses it; unlocking an unlocked node throws statecheck::Error. A lock
   // taken on a tombstone (possible only under KV-only matching, where a hit need not hold a state)
   // is counted on the node (own_locks): a state inserted there later starts with that many state
-  // locks, so the unlock finds what it releases (SGLang's own description does not cover a lock on a tombstone).
+  // locks, so the unlock finds what it releases (SGLang's own description does not cover a lock on
+  // a tombstone).
   void lock(int32_t node);
   void unlock(int32_t node);
 
