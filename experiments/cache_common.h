@@ -25,7 +25,7 @@ PayloadShape model_payload_shape(const ModelConfig& m);
 StateDtypes options_dtypes(const Options& o);
 
 // Budget inputs from --gpu-mem-gib, --mem-fraction, --weights-gib and, with `with_pools`, the pool
-// sizes --active-slots and --ckpt-slots (0: 2A); without, the active pool comes from SGLang's ratio
+// sizes --active-slots and --ckpt-slots (absent: 2A); without, the active pool comes from SGLang's ratio
 // split and there is no checkpoint pool.
 BudgetInputs options_budget_inputs(const Options& o, bool with_pools);
 
@@ -44,7 +44,7 @@ struct ReplayPools {
 };
 ReplayPools replay_pools(const Options& o, const ModelConfig& m);
 
-// Cache configuration from the options: --strategy, --active-slots, --ckpt-slots (0: 2A),
+// Cache configuration from the options: --strategy, --active-slots, --ckpt-slots (absent: 2A),
 // --chunk-granularity, --track-interval, --no-payload, the state dtypes; `mode` (bf16 or int8,
 // which each experiment sets itself) and `kv_tokens` as given. The values are those the command
 // line checked (experiments/options.h); an experiment that sets a pool itself overrides it in the

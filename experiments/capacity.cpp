@@ -5,10 +5,11 @@
 // Per K and mode, on a fresh engine: K distinct prefixes of 1000 tokens (the benchmark's
 // --prefix-tokens 1000), WARM sends every prefix + an 8-token suffix, PROBE every prefix + a
 // different 8-token suffix, one output token each, 8 in flight (closed loop). reuse_frac =
-// sum(cached tokens) / sum(prompt tokens) over PROBE. Pools: --active-slots (256), --ckpt-slots (0:
-// 2A = 512),
-// --strategy (extra_buffer); the KV pool gets the model's KV budget (correct accounting) so that
-// only the state pools bind.
+// sum(cached tokens) / sum(prompt tokens) over PROBE. Pools: --active-slots (256), --ckpt-slots
+// (absent: 2A = 512), --strategy (extra_buffer); the KV pool gets the model's KV budget (correct
+// accounting) so that only the state pools bind. K: --k-list, or the default grid of
+// capacity_k_grid (experiments/cache_common.h), which reaches past the checkpoint pool. Each
+// --policy (docs/cache_policies.md) runs the whole sweep; lru keeps the unprefixed groups and keys.
 //
 // What bounds reuse, from the mechanism: a PROBE hit needs the prefix's WARM state still cached.
 // bf16 caches states in the active pool, which also holds 3 slots per in-flight request (live + 2

@@ -29,11 +29,15 @@
 //                    older state and only records the branching point for the turn after it.
 //
 // Reported per mode: token hit rate = sum(cached tokens) / sum(prompt tokens), state hits
-// (admissions with a hit), dequantize loads (the copy-on-write loads: int8 dequantizes, bf16 slot
-// copies), evictions (nodes evicted by evict_full + states evicted by evict_state), hit rate per
-// minute of trace time, wall time. The trace's own prefix reuse (block and token granularity,
-// infinite cache) is recomputed as a parser check, and a match+insert benchmark replays every
-// prompt through a bare radix tree.
+// (admissions with a hit), the copy-on-write loads under their own name (int8 dequantizes, bf16
+// slot copies, KV-only restores without a copy; load_counter_name), evictions (nodes evicted by
+// evict_full + states evicted by evict_state), hit rate per minute of trace time, wall time. The
+// trace's own prefix reuse (block and token granularity, infinite cache) is recomputed as a parser
+// check, and a match+insert benchmark replays every prompt through a bare radix tree.
+//
+// --policy: every policy other than lru replays the four bounded modes again ("<policy>.<mode>");
+// with belady each policy's gap to it is reported. --budget-sweep: the trace at a range of cache
+// memories for every policy and both formats (budget_sweep below; docs/cache_policies.md).
 //
 // measure_replay loads the trace, sizes the pools, runs every mode and the benchmark
 // (ReplayResult), printing the trace and the pool sizes as it starts; record_replay writes the
@@ -508,11 +512,10 @@ void record_gaps(const ReplayResult& r, Summary& summary) {
     std::string line = fmt::format("replay:   {:<17} belady {:.4f}", base, bel->token_hit_rate);
     for (const ModeReplay& mr : r.modes) {
       const std::string& name = mr.run.mode;
-      const bool same_base =
-          name == base || (name.size() > std::strlen(base) &&
-                           name.compare(name.size() - std::strlen(base), std::string::npos,
-                                        base) == 0 &&
-                           name[name.size() - std::strlen(base) - 1] == '.');
+      const bool same_base = name == base || (name.size() > std::strlen(base) &&
+                                              name.compare(name.size() - std::strlen(base),
+                                                           std::string::npos, base) == 0 &&
+                                              name[name.size() - std::strlen(base) - 1] == '.');
       if (!same_base || name == bname) continue;
       const double gap = bel->token_hit_rate > 0
                              ? (bel->token_hit_rate - mr.token_hit_rate) / bel->token_hit_rate
@@ -578,11 +581,10 @@ void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summar
         c.cache.policy = o.policies[pi];
         if (o.policies[pi] == PolicyKind::belady) c.cache.next_use = index;
         const std::string name = fmt::format("sweep {} f={:.4f} {}", mode, f, pnames[pi]);
-        const ModeReplay mr = summarize_run(replay_once(name, c, reqs, trace_path(o)), reqs,
-                                            static_cast<size_t>((reqs.back().timestamp_ms -
-                                                                 reqs.front().timestamp_ms) /
-                                                                60000.0) +
-                                                1);
+        const ModeReplay mr = summarize_run(
+            replay_once(name, c, reqs, trace_path(o)), reqs,
+            static_cast<size_t>((reqs.back().timestamp_ms - reqs.front().timestamp_ms) / 60000.0) +
+                1);
         rates[pi] = mr.token_hit_rate;
         hit[pi * fr.size() + fi] = mr.token_hit_rate;
         if (o.policies[pi] == PolicyKind::belady) belady_rate = mr.token_hit_rate;
@@ -592,10 +594,9 @@ void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summar
         }
         summary.set(fmt::format("replay.sweep.f{:.4f}.{}.{}.token_hit_rate", f, pnames[pi], mode),
                     mr.token_hit_rate);
-        const std::string binds =
-            fmt::format("{}{}{}", mr.run.tree.full_evicted_nodes > 0 ? "KV " : "",
-                        mr.run.tree.state_evictions > 0 ? "state" : "",
-                        floored ? " (KV floor)" : "");
+        const std::string binds = fmt::format(
+            "{}{}{}", mr.run.tree.full_evicted_nodes > 0 ? "KV " : "",
+            mr.run.tree.state_evictions > 0 ? "state" : "", floored ? " (KV floor)" : "");
         fmt::print("replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} {:>10} {:>10.4f} {:>10}  {}\n", f,
                    int8 ? split.active : A, int8 ? split.ckpt : 0, kv, mode, pnames[pi],
                    mr.token_hit_rate, "", binds);
@@ -610,8 +611,9 @@ void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summar
           }
         const double gap = (belady_rate - best) / belady_rate;
         summary.set(fmt::format("replay.sweep.f{:.4f}.{}.best_online_gap", f, mode), gap);
-        fmt::print("replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} best online {} at {:.1f}% below belady\n",
-                   f, "", "", "", mode, who, 100.0 * gap);
+        fmt::print(
+            "replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} best online {} at {:.1f}% below belady\n", f,
+            "", "", "", mode, who, 100.0 * gap);
       }
     }
     file.write(g + "/" + mode + "_token_hit_rate", hit, {o.policies.size(), fr.size()}, "1",
