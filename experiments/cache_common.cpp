@@ -63,7 +63,42 @@ CacheConfig options_cache_config(const Options& o, const ModelConfig& m, CacheMo
   c.shape = model_payload_shape(m);
   c.temporal = d.temporal;
   c.scale = d.scale;
+  c.policy = o.policies.empty() ? PolicyKind::lru : o.policies.front();
+  c.flops = model_flop_costs(m, d);
   return c;
+}
+
+FlopCosts model_flop_costs(const ModelConfig& m, const StateDtypes& d) {
+  FlopCosts f;
+  f.dense_per_token = 2.0 * m.params_billion * 1e9 / std::max(1, m.tp);
+  f.linear_per_token = 6.0 * m.linear_layer_count() * m.value_heads_shard() *
+                       static_cast<double>(m.head_k_dim) * m.head_v_dim;
+  const int head_dim = m.full_attention.kind == FullAttentionSpec::Kind::mha
+                           ? m.full_attention.head_dim
+                           : m.full_attention.kv_lora_rank + m.full_attention.rope_dim;
+  f.attention_per_pair = 4.0 * m.full_layer_count() * m.kv_heads_shard() * head_dim;
+  f.state_bytes = static_cast<double>(active_slot_bytes(m, d).total());
+  f.kv_bytes_per_token = static_cast<double>(std::max<uint64_t>(1, kv_bytes_per_token(m, d)));
+  return f;
+}
+
+std::vector<int> capacity_k_grid(const Options& o, int ckpt_slots) {
+  if (!o.k_list.empty()) return o.k_list;
+  int step = o.quick ? 128 : 32;
+  const int target = std::max(768, (ckpt_slots * 5 + 3) / 4);
+  const int max_points = o.quick ? 8 : 24;
+  while ((target - 128) / step + 1 > max_points) step *= 2;
+  const int last = 128 + (target - 128 + step - 1) / step * step;
+  std::vector<int> ks;
+  for (int k = 128; k <= last; k += step) ks.push_back(k);
+  return ks;
+}
+
+std::string describe_knee(int knee, const std::vector<int>& Ks) {
+  if (Ks.empty()) return "none";
+  if (knee == 0) return fmt::format("none (no reuse at K = {})", Ks.front());
+  if (knee == Ks.back()) return fmt::format("beyond the sweep (> {})", Ks.back());
+  return fmt::format("{}", knee);
 }
 
 EngineConfig options_engine_config(const Options& o, const ModelConfig& m, CacheMode mode,
@@ -73,6 +108,11 @@ EngineConfig options_engine_config(const Options& o, const ModelConfig& m, Cache
   e.chunked_prefill = o.chunked_prefill;
   e.max_running = o.max_running;
   return e;
+}
+
+const char* load_counter_name(const CacheConfig& c) {
+  if (c.kv_only_match) return "restores_without_copy";
+  return c.mode == CacheMode::int8 ? "dequantizes" : "slot_copies";
 }
 
 const char* payload_mode_name(bool payload) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/cache/engine.h"
 #include "core/io/hdf5_file.h"
@@ -24,7 +25,7 @@ PayloadShape model_payload_shape(const ModelConfig& m);
 StateDtypes options_dtypes(const Options& o);
 
 // Budget inputs from --gpu-mem-gib, --mem-fraction, --weights-gib and, with `with_pools`, the pool
-// sizes --active-slots and --ckpt-slots (0: 2A); without, the active pool comes from SGLang's ratio
+// sizes --active-slots and --ckpt-slots (absent: 2A); without, the active pool comes from SGLang's ratio
 // split and there is no checkpoint pool.
 BudgetInputs options_budget_inputs(const Options& o, bool with_pools);
 
@@ -43,7 +44,7 @@ struct ReplayPools {
 };
 ReplayPools replay_pools(const Options& o, const ModelConfig& m);
 
-// Cache configuration from the options: --strategy, --active-slots, --ckpt-slots (0: 2A),
+// Cache configuration from the options: --strategy, --active-slots, --ckpt-slots (absent: 2A),
 // --chunk-granularity, --track-interval, --no-payload, the state dtypes; `mode` (bf16 or int8,
 // which each experiment sets itself) and `kv_tokens` as given. The values are those the command
 // line checked (experiments/options.h); an experiment that sets a pool itself overrides it in the
@@ -51,11 +52,35 @@ ReplayPools replay_pools(const Options& o, const ModelConfig& m);
 CacheConfig options_cache_config(const Options& o, const ModelConfig& m, CacheMode mode,
                                  int64_t kv_tokens);
 
+// marconi's FLOP and byte model of `m` (core/cache/eviction_policy.h FlopCosts), per GPU at the
+// model's TP: dense = 2 x params_billion x 1e9 / TP FLOPs per token (every weight once; for a
+// mixture of experts this counts all experts, an upper bound, since the config gives no active
+// count); linear = 6 x L_lin x HV_shard x d_k x d_v per token (decay, k^T S, the rank-1 update and
+// the q read of the gated delta rule); attention = 4 x L_full x KV heads per GPU x head_dim per
+// (token, earlier position) (QK^T and PV; query heads are not in the config, so one per KV head,
+// a lower bound); state bytes = one active slot, KV bytes per token from the memory budget.
+FlopCosts model_flop_costs(const ModelConfig& m, const StateDtypes& d);
+
+// The K grid of capacity: --k-list when given; else every `step` from 128 (step 32, quick 128)
+// up to the larger of 768 and 1.25 x the checkpoint pool rounded up to the step, so that the
+// sweep always reaches past the checkpoint pool (the step grows with the pool so that a sweep
+// has at most about 24 points, quick 8).
+std::vector<int> capacity_k_grid(const Options& o, int ckpt_slots);
+
+// The knee of a capacity sweep as the user reads it: "K" when inside the grid, "beyond the sweep
+// (> last K)" when reuse holds up to the grid's last K, "none (no reuse at K = first)" for 0.
+std::string describe_knee(int knee, const std::vector<int>& Ks);
+
 // Engine configuration: the cache above plus --chunked-prefill and --max-running.
 EngineConfig options_engine_config(const Options& o, const ModelConfig& m, CacheMode mode,
                                    int64_t kv_tokens);
 
 // ---- recording ----------------------------------------------------------------------------------
+
+// What the copy-on-write loads of a cache configured by `c` are, as a counter name:
+// "dequantizes" (int8 checkpoint pool), "slot_copies" (bf16 single pool) or
+// "restores_without_copy" (KV-only matching: a state counted as restored, nothing copied).
+const char* load_counter_name(const CacheConfig& c);
 
 // "payload" or "bookkeeping": what the pools held in a run (written into every result file).
 const char* payload_mode_name(bool payload);

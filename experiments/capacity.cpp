@@ -5,10 +5,11 @@
 // Per K and mode, on a fresh engine: K distinct prefixes of 1000 tokens (the benchmark's
 // --prefix-tokens 1000), WARM sends every prefix + an 8-token suffix, PROBE every prefix + a
 // different 8-token suffix, one output token each, 8 in flight (closed loop). reuse_frac =
-// sum(cached tokens) / sum(prompt tokens) over PROBE. Pools: --active-slots (256), --ckpt-slots (0:
-// 2A = 512),
-// --strategy (extra_buffer); the KV pool gets the model's KV budget (correct accounting) so that
-// only the state pools bind.
+// sum(cached tokens) / sum(prompt tokens) over PROBE. Pools: --active-slots (256), --ckpt-slots
+// (absent: 2A = 512), --strategy (extra_buffer); the KV pool gets the model's KV budget (correct
+// accounting) so that only the state pools bind. K: --k-list, or the default grid of
+// capacity_k_grid (experiments/cache_common.h), which reaches past the checkpoint pool. Each
+// --policy (docs/cache_policies.md) runs the whole sweep; lru keeps the unprefixed groups and keys.
 //
 // What bounds reuse, from the mechanism: a PROBE hit needs the prefix's WARM state still cached.
 // bf16 caches states in the active pool, which also holds 3 slots per in-flight request (live + 2
@@ -144,16 +145,14 @@ double percentile(std::vector<double> v, double p) {
 
 void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   std::vector<CapacityProbes> gpu_points;  // --device cuda: the published sweep points
-  const std::vector<int> Ks =
-      o.quick ? std::vector<int>{128, 256, 384, 512, 640, 768}
-              : std::vector<int>{128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448,
-                                 480, 512, 544, 576, 608, 640, 672, 704, 736, 768};
   const int parallel = 8;
   // KV budget of the model at these pool sizes (correct accounting), so that KV never binds.
   const StateDtypes dt = options_dtypes(o);
   const BudgetInputs bi = options_budget_inputs(o, true);
   const Budget budget = compute_budget(m, dt, bi);
   const int64_t kv_tokens = kv_tokens_for_pools(budget, m);
+  const int ckpt_slots = options_cache_config(o, m, CacheMode::int8, kv_tokens).ckpt_slots;
+  const std::vector<int> Ks = capacity_k_grid(o, ckpt_slots);
 
   const std::string g = "capacity";
   file.group(g);
@@ -163,69 +162,88 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
   file.attr(g, "prefix_tokens", static_cast<int64_t>(KSweepParams().prefix_min));
   file.attr(g, "suffix_tokens", static_cast<int64_t>(8));
   file.attr(g, "pool_contents", std::string(payload_mode_name(!o.no_payload)));
+  std::vector<std::string> pnames;
+  for (PolicyKind pk : o.policies) pnames.push_back(policy_name(pk));
+  file.write_strings(g + "/policies", pnames,
+                     "eviction policies run (lru: groups capacity/<mode>; others "
+                     "capacity/<policy>/<mode>)");
 
-  Progress progress("capacity sweep points", static_cast<long>(2 * Ks.size()));
+  Progress progress("capacity sweep points", static_cast<long>(2 * Ks.size() * o.policies.size()));
   std::vector<double> ceiling(Ks.size()), prefix_frac(Ks.size());
-  std::map<std::string, int> knees;
-  for (const char* mode : {"bf16", "int8"}) {
-    const EngineConfig ec = options_engine_config(o, m, parse_cache_mode(mode), kv_tokens);
-    const std::string mg = g + "/" + mode;
-    file.group(mg);
-    write_cache_config(file, mg, ec.cache, ec.resolved_max_running(), ec.chunked_prefill);
-    std::vector<double> reuse, warm_reuse;
-    std::vector<int64_t> hits, loads, evictions, quantizes, dup;
-    for (size_t i = 0; i < Ks.size(); ++i) {
-      KSweepParams p;
-      p.K = Ks[i];
-      p.parallel = parallel;
-      p.seed = o.seed;
-      const KSweepResult r = run_ksweep(ec, p);
-      reuse.push_back(r.reuse_frac);
-      warm_reuse.push_back(r.warm_reuse_frac);
-      hits.push_back(r.probe_hits);
-      loads.push_back(r.probe_cow_loads);
-      evictions.push_back(r.tree.state_evictions + r.tree.full_evicted_nodes);
-      quantizes.push_back(r.counters.quantizes);
-      dup.push_back(r.counters.duplicate_states);
-      ceiling[i] = r.cached_prefix_fraction;
-      prefix_frac[i] = r.prefix_fraction;
-      summary.set(fmt::format("capacity.{}.K{}.reuse_frac", mode, Ks[i]), r.reuse_frac);
-      if (o.device == Device::cuda && (Ks[i] == 128 || Ks[i] == 384 || Ks[i] == 640))
-        gpu_points.push_back({mode, Ks[i], r.probe_records});
-      progress.tick();
+  std::map<std::string, int> knees;                     // "<policy>.<mode>"
+  std::map<std::string, std::vector<double>> reuse_of;  // "<policy>.<mode>" -> per K
+  std::map<std::string, int> cacheable_of;              // mode -> states
+  for (PolicyKind pk : o.policies) {
+    const bool lru = pk == PolicyKind::lru;
+    // lru keeps the keys and groups of a run without --policy; every other policy is prefixed.
+    const std::string pkey = lru ? "" : std::string(policy_name(pk)) + ".";
+    for (const char* mode : {"bf16", "int8"}) {
+      EngineConfig ec = options_engine_config(o, m, parse_cache_mode(mode), kv_tokens);
+      ec.cache.policy = pk;
+      const std::string mg = lru ? g + "/" + mode : g + "/" + policy_name(pk) + "/" + mode;
+      if (!lru) file.group(g + "/" + policy_name(pk));
+      file.group(mg);
+      write_cache_config(file, mg, ec.cache, ec.resolved_max_running(), ec.chunked_prefill);
+      file.attr(mg, "policy", std::string(policy_name(pk)));
+      std::vector<double> reuse, warm_reuse;
+      std::vector<int64_t> hits, loads, evictions, quantizes, dup;
+      for (size_t i = 0; i < Ks.size(); ++i) {
+        KSweepParams p;
+        p.K = Ks[i];
+        p.parallel = parallel;
+        p.seed = o.seed;
+        const KSweepResult r = run_ksweep(ec, p);
+        reuse.push_back(r.reuse_frac);
+        warm_reuse.push_back(r.warm_reuse_frac);
+        hits.push_back(r.probe_hits);
+        loads.push_back(r.probe_cow_loads);
+        evictions.push_back(r.tree.state_evictions + r.tree.full_evicted_nodes);
+        quantizes.push_back(r.counters.quantizes);
+        dup.push_back(r.counters.duplicate_states);
+        ceiling[i] = r.cached_prefix_fraction;
+        prefix_frac[i] = r.prefix_fraction;
+        summary.set(fmt::format("capacity.{}{}.K{}.reuse_frac", pkey, mode, Ks[i]), r.reuse_frac);
+        if (lru && o.device == Device::cuda && (Ks[i] == 128 || Ks[i] == 384 || Ks[i] == 640))
+          gpu_points.push_back({mode, Ks[i], r.probe_records});
+        progress.tick();
+      }
+      // knee: largest K up to which reuse stays >= half its value at the smallest K.
+      int knee = 0;
+      for (size_t i = 0; i < Ks.size() && reuse[i] >= 0.5 * reuse[0] && reuse[0] > 0; ++i)
+        knee = Ks[i];
+      knees[pkey + mode] = knee;
+      reuse_of[pkey + mode] = reuse;
+      summary.set(fmt::format("capacity.{}{}.knee_K", pkey, mode), knee);
+      const std::vector<size_t> n{Ks.size()};
+      file.write(mg + "/reuse_frac", reuse, n, "1",
+                 "PROBE: sum(cached tokens) / sum(prompt tokens) per K");
+      file.write(mg + "/warm_reuse_frac", warm_reuse, n, "1",
+                 "WARM: sum(cached tokens) / sum(prompt tokens) per K");
+      file.write(mg + "/probe_hits", hits, n, "requests",
+                 "PROBE requests with a cached prefix, per K");
+      file.write(mg + "/probe_cow_loads", loads, n, "loads",
+                 "copy-on-write loads during PROBE, per K");
+      file.write(mg + "/evictions", evictions, n, "evictions",
+                 "state evictions + nodes evicted by evict_full, per K");
+      file.write(mg + "/quantizes", quantizes, n, "quantizes",
+                 "int8 donates over WARM + PROBE, per K");
+      file.write(mg + "/duplicate_states", dup, n, "states",
+                 "inserts that found the state cached, per K");
+      file.write_scalar(mg + "/knee_K", knee, "prefixes",
+                        "largest K with reuse_frac >= half its value at the smallest K (0: no "
+                        "reuse even at the smallest K; the last K: beyond the sweep)");
+      file.write_scalar(mg + "/knee_beyond_sweep", knee == Ks.back() ? 1 : 0, "1",
+                        "1 when reuse holds up to the last K swept: the knee lies beyond it");
+      const int cacheable =
+          std::string(mode) == "bf16"
+              ? std::max(0, ec.cache.active_slots - parallel * ec.cache.slots_per_request())
+              : ec.cache.ckpt_slots;
+      file.write_scalar(mg + "/cacheable_states", cacheable, "states",
+                        "states the cache can hold with 8 requests in flight (bf16: A - 8 x slots "
+                        "per request; int8: C)");
+      cacheable_of[mode] = cacheable;
+      if (lru) summary.set(fmt::format("capacity.{}.cacheable_states", mode), cacheable);
     }
-    // knee: largest K up to which reuse stays >= half its value at the smallest K.
-    int knee = 0;
-    for (size_t i = 0; i < Ks.size() && reuse[i] >= 0.5 * reuse[0] && reuse[0] > 0; ++i)
-      knee = Ks[i];
-    knees[mode] = knee;
-    summary.set(fmt::format("capacity.{}.knee_K", mode), knee);
-    const std::vector<size_t> n{Ks.size()};
-    file.write(mg + "/reuse_frac", reuse, n, "1",
-               "PROBE: sum(cached tokens) / sum(prompt tokens) per K");
-    file.write(mg + "/warm_reuse_frac", warm_reuse, n, "1",
-               "WARM: sum(cached tokens) / sum(prompt tokens) per K");
-    file.write(mg + "/probe_hits", hits, n, "requests",
-               "PROBE requests with a cached prefix, per K");
-    file.write(mg + "/probe_cow_loads", loads, n, "loads",
-               "copy-on-write loads during PROBE, per K");
-    file.write(mg + "/evictions", evictions, n, "evictions",
-               "state evictions + nodes evicted by evict_full, per K");
-    file.write(mg + "/quantizes", quantizes, n, "quantizes",
-               "int8 donates over WARM + PROBE, per K");
-    file.write(mg + "/duplicate_states", dup, n, "states",
-               "inserts that found the state cached, per K");
-    file.write_scalar(mg + "/knee_K", knee, "prefixes",
-                      "largest K with reuse_frac >= half its value at the smallest K (0: no reuse "
-                      "even at the smallest K)");
-    const int cacheable =
-        std::string(mode) == "bf16"
-            ? std::max(0, ec.cache.active_slots - parallel * ec.cache.slots_per_request())
-            : ec.cache.ckpt_slots;
-    file.write_scalar(mg + "/cacheable_states", cacheable, "states",
-                      "states the cache can hold with 8 requests in flight (bf16: A - 8 x slots "
-                      "per request; int8: C)");
-    summary.set(fmt::format("capacity.{}.cacheable_states", mode), cacheable);
   }
   file.write(g + "/prefix_fraction", prefix_frac, {Ks.size()}, "1",
              "sum(shared prefix) / sum(prompt) over PROBE, per K");
@@ -235,22 +253,51 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
              "sum(prompt), PROBE, per K");
   summary.set("capacity.prefix_fraction", prefix_frac[0]);
   summary.set("capacity.cached_prefix_fraction", ceiling[0]);
-  summary.set("capacity.knee_ratio",
-              knees["bf16"] > 0 ? static_cast<double>(knees["int8"]) / knees["bf16"] : 0.0);
-  fmt::print(
-      "capacity: {:>5} {:>10} {:>10}   (prefix fraction {:.3f}, cacheable {:.3f}; cacheable states "
-      "bf16 {}, "
-      "int8 {})\n",
-      "K", "bf16", "int8", prefix_frac[0], ceiling[0],
-      summary.get("capacity.bf16.cacheable_states"), summary.get("capacity.int8.cacheable_states"));
-  for (size_t i = 0; i < Ks.size(); ++i)
-    fmt::print("capacity: {:>5} {:>10.3f} {:>10.3f}\n", Ks[i],
-               summary.get(fmt::format("capacity.bf16.K{}.reuse_frac", Ks[i])),
-               summary.get(fmt::format("capacity.int8.K{}.reuse_frac", Ks[i])));
-  fmt::print("capacity: knee K bf16 {}, int8 {} ({:.1f} s)\n", knees["bf16"], knees["int8"],
+  const bool has_lru = knees.count("bf16") > 0;
+  if (has_lru)
+    summary.set("capacity.knee_ratio",
+                knees["bf16"] > 0 ? static_cast<double>(knees["int8"]) / knees["bf16"] : 0.0);
+  std::string head = fmt::format("capacity: {:>5}", "K");
+  for (PolicyKind pk : o.policies)
+    for (const char* mode : {"bf16", "int8"})
+      head += fmt::format(" {:>16}", fmt::format("{} {}", mode, policy_name(pk)));
+  fmt::print("{}   (prefix fraction {:.3f}, cacheable {:.3f}; cacheable states bf16 {}, int8 {})\n",
+             head, prefix_frac[0], ceiling[0], cacheable_of["bf16"], cacheable_of["int8"]);
+  for (size_t i = 0; i < Ks.size(); ++i) {
+    std::string row = fmt::format("capacity: {:>5}", Ks[i]);
+    for (PolicyKind pk : o.policies) {
+      const std::string pkey = pk == PolicyKind::lru ? "" : std::string(policy_name(pk)) + ".";
+      for (const char* mode : {"bf16", "int8"})
+        row += fmt::format(" {:>16.3f}", reuse_of[pkey + mode][i]);
+    }
+    fmt::print("{}\n", row);
+  }
+  for (PolicyKind pk : o.policies) {
+    const std::string pkey = pk == PolicyKind::lru ? "" : std::string(policy_name(pk)) + ".";
+    fmt::print("capacity: knee K ({}) bf16 {}, int8 {}\n", policy_name(pk),
+               describe_knee(knees[pkey + "bf16"], Ks), describe_knee(knees[pkey + "int8"], Ks));
+  }
+  fmt::print("capacity: {} sweep points in {:.1f} s\n", 2 * Ks.size() * o.policies.size(),
              progress.elapsed());
+  // Reference rows from the pools actually run: under lru a PROBE hits its prefix while K is at
+  // most the states the cache holds (WARM and PROBE visit the prefixes in the same order, so
+  // beyond that LRU evicts each state just before its PROBE).
+  if (has_lru) {
+    fmt::print("capacity: reference (lru, from the pools run: bf16 holds {} states, int8 {}):\n",
+               cacheable_of["bf16"], cacheable_of["int8"]);
+    for (const char* mode : {"bf16", "int8"})
+      for (size_t i = 0; i < Ks.size(); ++i) {
+        const bool fits = Ks[i] <= cacheable_of[mode];
+        const double v = reuse_of[mode][i];
+        const bool ok = fits ? v > 0.9 * ceiling[i] : v < 0.1;
+        fmt::print("  {:4} {} K {:>5}: reuse {:.3f} {} (K {} {} cacheable states)\n",
+                   ok ? "ok" : "note", mode, Ks[i], v,
+                   fits ? fmt::format("> 0.9 x ceiling {:.3f}", ceiling[i]) : "< 0.1",
+                   fits ? "<=" : ">", cacheable_of[mode]);
+      }
+  }
   for (const char* mode : {"bf16", "int8"})
-    if (knees[mode] == 0)
+    if (has_lru && knees[mode] == 0)
       fmt::print("capacity: {} reuses nothing even at K = {} (knee_K 0: no knee in the range{})\n",
                  mode, Ks[0],
                  std::string(mode) == "bf16" ? "; knee_ratio is then 0, not a comparison" : "");

@@ -4,7 +4,7 @@
 //
 // Workload: one fixed few-shot prefix of 800 tokens + a distinct question of 60..120 tokens per
 // request, 300 questions (quick: 100) sent 3 times in the same order, 8 generated tokens each, 8 in
-// flight. Pools: --active-slots (256), --ckpt-slots (0: 2A); KV from the model's budget.
+// flight. Pools: --active-slots (256), --ckpt-slots (absent: 2A); KV from the model's budget.
 //
 // Expected from the mechanism (docs/cache_model.md, the caching strategies): under no_buffer states
 // exist only at sequence and chunk ends, so after the second request splits the first leaf at the

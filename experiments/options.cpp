@@ -104,7 +104,7 @@ std::vector<std::string> experiment_option_names() {
       "chain-layers",   "trace",           "trace-bad-lines", "active-slots", "ckpt-slots",
       "strategy",       "temporal-dtype",  "scale-dtype",     "conv-dtype",   "gpu-mem-gib",
       "mem-fraction",   "weights-gib",     "compare-shipped", "no-payload",   "chunk-granularity",
-      "track-interval", "chunked-prefill", "max-running"};
+      "track-interval", "chunked-prefill", "max-running",   "policy",          "k-list",          "budget-sweep"};
 }
 
 void reset_option(Options& o, const std::string& option) {
@@ -151,6 +151,8 @@ struct OptionText {
   std::string scale_dtype;
   std::string conv_dtype = "bf16";
   std::string trace_bad_lines = "reject";
+  std::string policy = "lru";
+  std::string k_list;
 };
 
 struct OptionGroups {
@@ -207,8 +209,8 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   auto cache = d.cache.add_options();
   cache("active-slots", po::value(&o.active_slots)->default_value(o.active_slots),
         "usable active-pool slots A");
-  cache("ckpt-slots", po::value(&o.ckpt_slots)->default_value(0),
-        "usable checkpoint-pool slots C (0: 2 A)");
+  cache("ckpt-slots", po::value(&o.ckpt_slots),
+        "usable checkpoint-pool slots C >= 1 (default: 2 A)");
   cache("strategy", po::value(&t.strategy)->default_value(t.strategy), "no_buffer | extra_buffer");
   cache("temporal-dtype", po::value(&t.temporal_dtype)->default_value(t.temporal_dtype),
         "fp32 | bf16");
@@ -235,6 +237,13 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
         "running-request cap (0: active slots / (3 + tracking slots), as SGLang)");
   cache("trace-bad-lines", po::value(&t.trace_bad_lines)->default_value(t.trace_bad_lines),
         "replay: reject | skip malformed trace lines (each is reported with its line number)");
+  cache("policy", po::value(&t.policy)->default_value(t.policy),
+        "capacity, replay: eviction policy lru | lru-used | marconi | s3fifo | belady, or a comma "
+        "list run side by side (docs/cache_policies.md)");
+  cache("k-list", po::value(&t.k_list),
+        "capacity: comma list of K (default: 128..768 step 32, extended past the checkpoint pool)");
+  cache("budget-sweep", po::bool_switch(&o.budget_sweep),
+        "replay: hit rate against the state-pool budget, per policy and mode");
 }
 
 // The value named `text` among `names`; otherwise "--<option> must be a or b, got '<text>'".
@@ -250,6 +259,34 @@ T choose(const char* option, const std::string& text,
   }
   fail("--{} must be {}, got '{}'", option, list, text);
 }
+
+}  // namespace
+
+std::vector<int> parse_k_list(const std::string& text) {
+  std::vector<int> ks;
+  if (text.empty()) return ks;
+  size_t start = 0;
+  for (size_t index = 0;; ++index) {
+    const size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int v = 0;
+    const auto r = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || r.ec != std::errc() || r.ptr != item.data() + item.size() || v < 1 ||
+        v > kMaxPoolSlots)
+      fail("--k-list: entry {} ('{}') of '{}' must be an integer in [1, {}]", index, item, text,
+           kMaxPoolSlots);
+    if (!ks.empty() && v <= ks.back())
+      fail("--k-list: entry {} ({}) of '{}' must be larger than the one before ({})", index, v,
+           text, ks.back());
+    ks.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ks;
+}
+
+namespace {
 
 // The typed options from their text; a bad text is refused naming its option.
 void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
@@ -271,6 +308,8 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
          dtype_name(o.codec.scale_dtype), t.scale_dtype);
   o.trace_bad_lines = choose<BadLines>("trace-bad-lines", t.trace_bad_lines,
                                        {{"reject", BadLines::reject}, {"skip", BadLines::skip}});
+  o.policies = parse_policy_list(t.policy);
+  o.k_list = parse_k_list(t.k_list);
   if (drive_given)
     o.drive = parse_drive(t.drive, t.states);
   else if (!t.states.empty())
@@ -303,11 +342,11 @@ void check_values(const Options& o) {
     fail("--chain-layers must be >= 0 (0: all layers), got {}", o.chain_layers);
   if (o.active_slots < 1 || o.active_slots > kMaxPoolSlots)
     fail("--active-slots must be in [1, {}], got {}", kMaxPoolSlots, o.active_slots);
-  if (o.ckpt_slots < 0 || o.ckpt_slots > kMaxPoolSlots)
-    fail("--ckpt-slots must be in [0, {}] (0: twice the active slots), got {}", kMaxPoolSlots,
+  if (o.ckpt_slots != -1 && (o.ckpt_slots < 1 || o.ckpt_slots > kMaxPoolSlots))
+    fail("--ckpt-slots must be in [1, {}] (absent: twice the active slots), got {}", kMaxPoolSlots,
          o.ckpt_slots);
-  if (o.ckpt_slots == 0 && 2 * static_cast<int64_t>(o.active_slots) > kMaxPoolSlots)
-    fail("--ckpt-slots 0 means 2 x --active-slots = {}, above {}; give --ckpt-slots",
+  if (o.ckpt_slots == -1 && 2 * static_cast<int64_t>(o.active_slots) > kMaxPoolSlots)
+    fail("--ckpt-slots absent means 2 x --active-slots = {}, above {}; give --ckpt-slots",
          2 * static_cast<int64_t>(o.active_slots), kMaxPoolSlots);
   if (!(o.gpu_mem_gib > 0) || !std::isfinite(o.gpu_mem_gib) || o.gpu_mem_gib > 1e6)
     fail("--gpu-mem-gib must be a positive number of GiB, got {}", o.gpu_mem_gib);
@@ -386,6 +425,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (vm.count("states-key") && t.states_key.empty()) fail("--states-key needs a name or pattern");
   if (vm.count("out") && o.out.empty()) fail("--out needs a path");
   if (vm.count("summary") && o.summary.empty()) fail("--summary needs a path");
+  if (vm.count("ckpt-slots") && o.ckpt_slots == 0)
+    fail(
+        "--ckpt-slots 0: the int8 mode needs a checkpoint pool of at least 1 slot (leave the "
+        "option out for twice --active-slots)");
+  if (vm.count("ckpt-slots") && o.ckpt_slots < 1)
+    fail("--ckpt-slots must be in [1, {}] (absent: twice the active slots), got {}", kMaxPoolSlots,
+         o.ckpt_slots);
   if (vm.count("scale-dtype") && t.scale_dtype.empty())
     fail("--scale-dtype needs a dtype (bf16 or fp32)");
   o.model_given = !vm["model"].defaulted();

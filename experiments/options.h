@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cache/eviction_policy.h"
 #include "core/cache/state_cache.h"
 #include "core/codec/codec.h"
 #include "core/drive/drive.h"
@@ -59,7 +60,7 @@ struct Options {
 
   // Cache experiments (docs/experiments.md, "Common interface").
   int active_slots = 256;
-  int ckpt_slots = 0;  // 0: 2 * active
+  int ckpt_slots = -1;  // -1 (option absent): 2 * active; an explicit 0 is refused
   CacheStrategy strategy = CacheStrategy::extra_buffer;
   Dtype temporal_dtype = Dtype::fp32;  // fp32 | bf16
   std::optional<Dtype> scale_dtype;    // bf16 | fp32; none: the temporal dtype (docs/numerics.md)
@@ -76,6 +77,14 @@ struct Options {
   BadLines trace_bad_lines = BadLines::reject;  // replay: malformed trace lines
   // memory: add the shipped models' rows (each at its default TP) after the asked model's
   bool compare_shipped = false;
+  // capacity, replay: eviction policies run side by side (--policy, a comma list; lru first by
+  // default). docs/cache_policies.md.
+  std::vector<PolicyKind> policies{PolicyKind::lru};
+  // capacity: the K grid (--k-list, comma list of positive K, increasing); empty: the default
+  // grid of run_capacity, which reaches past the checkpoint pool.
+  std::vector<int> k_list;
+  // replay: --budget-sweep, the trace at a range of state-pool budgets for every policy and mode.
+  bool budget_sweep = false;
 
   // Resolved helpers.
   int thread_count() const;
@@ -111,6 +120,10 @@ void check_output_extensions(const Options& o);
 std::string command_line_usage();
 // command_line_usage() and every option with its default (--help).
 std::string command_line_help();
+
+// --k-list's value: a comma list of integers in [1, kMaxPoolSlots], strictly increasing; empty text
+// gives an empty list. Throws statecheck::Error naming the entry and its index otherwise.
+std::vector<int> parse_k_list(const std::string& text);
 
 // --seed's value: decimal digits only, below 2^64 (a leading '-' would wrap around in an unsigned
 // parse). Throws statecheck::Error quoting the text otherwise.

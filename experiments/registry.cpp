@@ -68,7 +68,7 @@ std::vector<ExperimentEntry> make_registry() {
       true,
       true,
       K::cache_model};
-  capacity.reads = join({{"seed", "quick", "strategy"}, pools, budget, engine});
+  capacity.reads = join({{"seed", "quick", "strategy", "policy", "k-list"}, pools, budget, engine});
 
   ExperimentEntry firecount{
       "firecount",
@@ -87,7 +87,9 @@ std::vector<ExperimentEntry> make_registry() {
       true,
       false,
       K::cache_model};
-  replay.reads = join({{"quick", "trace", "trace-bad-lines", "strategy"}, budget, engine});
+  replay.reads = join({{"quick", "trace", "trace-bad-lines", "strategy", "policy", "budget-sweep"},
+                       budget,
+                       engine});
   replay.sets_itself = {{"active-slots", replay_pools}, {"ckpt-slots", replay_pools}};
 
   ExperimentEntry kl{"kl",

@@ -29,16 +29,21 @@
 //                    older state and only records the branching point for the turn after it.
 //
 // Reported per mode: token hit rate = sum(cached tokens) / sum(prompt tokens), state hits
-// (admissions with a hit), dequantize loads (the copy-on-write loads: int8 dequantizes, bf16 slot
-// copies), evictions (nodes evicted by evict_full + states evicted by evict_state), hit rate per
-// minute of trace time, wall time. The trace's own prefix reuse (block and token granularity,
-// infinite cache) is recomputed as a parser check, and a match+insert benchmark replays every
-// prompt through a bare radix tree.
+// (admissions with a hit), the copy-on-write loads under their own name (int8 dequantizes, bf16
+// slot copies, KV-only restores without a copy; load_counter_name), evictions (nodes evicted by
+// evict_full + states evicted by evict_state), hit rate per minute of trace time, wall time. The
+// trace's own prefix reuse (block and token granularity, infinite cache) is recomputed as a parser
+// check, and a match+insert benchmark replays every prompt through a bare radix tree.
+//
+// --policy: every policy other than lru replays the four bounded modes again ("<policy>.<mode>");
+// with belady each policy's gap to it is reported. --budget-sweep: the trace at a range of cache
+// memories for every policy and both formats (budget_sweep below; docs/cache_policies.md).
 //
 // measure_replay loads the trace, sizes the pools, runs every mode and the benchmark
 // (ReplayResult), printing the trace and the pool sizes as it starts; record_replay writes the
 // result file's datasets and the summary and prints one line per mode and the benchmark's.
 #include <chrono>
+#include <cstring>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -247,6 +252,14 @@ ReplayTrace load_replay_trace(const std::string& path, BadLines bad_lines, bool 
   return t;
 }
 
+// belady's next-use index of the trace: its prompts in submission order (engine ids = trace
+// order, as replay_once submits them).
+std::shared_ptr<const NextUseIndex> replay_next_use_index(const std::vector<TraceRequest>& reqs,
+                                                          int granularity) {
+  return std::make_shared<NextUseIndex>(
+      reqs.size(), [&](size_t i) { return trace_prompt_tokens(reqs[i]); }, granularity);
+}
+
 // The engine configs of the six modes, in the order of ReplayResult::modes (see the file comment),
 // for the trace `reqs` of `tokens` prompt + output tokens. Sets the memory fields of `res` and
 // prints the pool sizes. Throws whatever replay_pools throws.
@@ -298,12 +311,32 @@ std::vector<std::pair<std::string, EngineConfig>> replay_modes(
   EngineConfig sb_int8 =
       replay_config(o, m, CacheMode::int8, sb_split.active, sb_split.ckpt, kv_tokens);
   sb_bf16.max_running = sb_int8.max_running = sb_running;
-  return {{"bf16", bf16_cfg},
-          {"int8", int8_cfg},
-          {"unbounded", unbounded(CacheStrategy::no_buffer, true)},
-          {"unbounded_engine", unbounded(o.strategy, false)},
-          {"state_bound_bf16", sb_bf16},
-          {"state_bound_int8", sb_int8}};
+  std::vector<std::pair<std::string, EngineConfig>> modes = {
+      {"bf16", bf16_cfg},
+      {"int8", int8_cfg},
+      {"unbounded", unbounded(CacheStrategy::no_buffer, true)},
+      {"unbounded_engine", unbounded(o.strategy, false)},
+      {"state_bound_bf16", sb_bf16},
+      {"state_bound_int8", sb_int8}};
+  for (auto& [name, c] : modes) c.cache.policy = PolicyKind::lru;
+  // Every other --policy: the four bounded modes again under that policy, named
+  // "<policy>.<mode>" (lru always runs: it is the engine's behaviour and the unbounded references
+  // are policy-free).
+  std::shared_ptr<const NextUseIndex> index;
+  const std::vector<std::pair<std::string, EngineConfig>> bounded = {modes[0], modes[1], modes[4],
+                                                                     modes[5]};
+  for (PolicyKind pk : o.policies) {
+    if (pk == PolicyKind::lru) continue;
+    if (pk == PolicyKind::belady && !index)
+      index = replay_next_use_index(reqs, o.chunk_granularity);
+    for (const auto& [name, c] : bounded) {
+      EngineConfig pc = c;
+      pc.cache.policy = pk;
+      if (pk == PolicyKind::belady) pc.cache.next_use = index;
+      modes.emplace_back(fmt::format("{}.{}", policy_name(pk), name), pc);
+    }
+  }
+  return modes;
 }
 
 // Loads the trace, sizes the pools, replays every mode and runs the benchmark, printing the trace
@@ -397,16 +430,22 @@ void record_replay(const ReplayResult& r, H5Writer& file, Summary& summary) {
                 static_cast<double>(run.counters.state_hits));
     summary.set(fmt::format("replay.{}.dequant_loads", run.mode),
                 static_cast<double>(mr.dequant_loads));
+    // The same loads named for what they are (dequant_loads is kept for one release).
+    summary.set(fmt::format("replay.{}.{}", run.mode, load_counter_name(run.config.cache)),
+                static_cast<double>(mr.dequant_loads));
+    summary.set(fmt::format("replay.{}.hit_tokens", run.mode),
+                static_cast<double>(run.counters.hit_tokens));
     summary.set(fmt::format("replay.{}.evictions", run.mode), static_cast<double>(mr.evictions));
     summary.set(fmt::format("replay.{}.wall_s", run.mode), run.wall_s);
     fmt::print(
-        "replay: {:<16} token hit rate {:.4f}, state hits {}, dequantize loads {}, evictions {} "
-        "(full {} nodes, "
-        "state {}), retractions {}, peak running {} (cap {}), simulated {:.0f} s, wall {:.1f} s "
-        "[{}]\n",
-        run.mode, mr.token_hit_rate, run.counters.state_hits, mr.dequant_loads, mr.evictions,
-        run.tree.full_evicted_nodes, run.tree.state_evictions, run.retractions, run.peak_running,
-        run.max_running, run.sim_s, run.wall_s, payload_mode_name(run.config.cache.payload));
+        "replay: {:<16} token hit rate {:.4f}, admissions with a cached prefix {} of {} ({} cached "
+        "tokens), {} {}, evictions {} (full {} nodes, state {}), retractions {}, peak running {} "
+        "(cap {}), simulated {:.0f} s, wall {:.1f} s [{}]\n",
+        run.mode, mr.token_hit_rate, run.counters.state_hits, run.counters.admissions,
+        run.counters.hit_tokens, load_counter_name(run.config.cache), mr.dequant_loads,
+        mr.evictions, run.tree.full_evicted_nodes, run.tree.state_evictions, run.retractions,
+        run.peak_running, run.max_running, run.sim_s, run.wall_s,
+        payload_mode_name(run.config.cache.payload));
   }
   file.write_strings(g + "/modes", names, "modes, in the order of the rows of hit_rate_per_minute");
   file.write(
@@ -456,8 +495,143 @@ ReplayPools replay_pools(const Options& o, const ModelConfig& m) {
   return p;
 }
 
+namespace {
+
+// Each policy's gap to belady per bounded mode: (belady - policy) / belady token hit rate, the
+// summary keys replay.<policy>.<mode>.gap_to_belady (lru: replay.<mode>.gap_to_belady).
+void record_gaps(const ReplayResult& r, Summary& summary) {
+  bool any = false;
+  for (const char* base : {"bf16", "int8", "state_bound_bf16", "state_bound_int8"}) {
+    const std::string bname = fmt::format("belady.{}", base);
+    const ModeReplay* bel = nullptr;
+    for (const ModeReplay& mr : r.modes)
+      if (mr.run.mode == bname) bel = &mr;
+    if (!bel) return;
+    if (!any) fmt::print("replay: gap to belady = (belady - policy) / belady token hit rate:\n");
+    any = true;
+    std::string line = fmt::format("replay:   {:<17} belady {:.4f}", base, bel->token_hit_rate);
+    for (const ModeReplay& mr : r.modes) {
+      const std::string& name = mr.run.mode;
+      const bool same_base = name == base || (name.size() > std::strlen(base) &&
+                                              name.compare(name.size() - std::strlen(base),
+                                                           std::string::npos, base) == 0 &&
+                                              name[name.size() - std::strlen(base) - 1] == '.');
+      if (!same_base || name == bname) continue;
+      const double gap = bel->token_hit_rate > 0
+                             ? (bel->token_hit_rate - mr.token_hit_rate) / bel->token_hit_rate
+                             : 0.0;
+      summary.set(fmt::format("replay.{}.gap_to_belady", name), gap);
+      const std::string pol = name == base ? "lru" : name.substr(0, name.find('.'));
+      line += fmt::format(", {} {:.1f}%", pol, 100.0 * gap);
+    }
+    fmt::print("{}\n", line);
+  }
+}
+
+// replay --budget-sweep: the trace at cache memory f x the budget's, f in kSweep, for every
+// --policy and both formats. At each f the bf16 single pool gets f x the active slots and f x the
+// KV tokens of the full budget (SGLang's split scales with the memory), the int8 run the same KV
+// and the same state bytes as int8_split_at_equal_memory; bookkeeping only. The KV pool is kept at
+// least twice the largest request (prompt + outputs) so that every request can run; a point where
+// that floor applies is marked. "KV binds" when evict_full freed nodes, "state binds" when
+// evict_state freed states. Written under replay/budget_sweep, summary keys
+// replay.sweep.f<f>.<policy>.<mode>.token_hit_rate.
+void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
+  const double kSweep[] = {1.0 / 64, 1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1.0};
+  const ReplayTrace trace = load_replay_trace(trace_path(o), o.trace_bad_lines, o.quick);
+  const std::vector<TraceRequest>& reqs = trace.requests;
+  const StateDtypes dt = options_dtypes(o);
+  const ReplayPools full = replay_pools(o, m);
+  int64_t largest = 1;
+  for (const auto& r : reqs)
+    largest = std::max<int64_t>(largest, r.input_length + std::max(1, r.output_length));
+  std::shared_ptr<const NextUseIndex> index;
+  for (PolicyKind pk : o.policies)
+    if (pk == PolicyKind::belady) index = replay_next_use_index(reqs, o.chunk_granularity);
+  const std::string g = "replay/budget_sweep";
+  file.group(g);
+  std::vector<double> fr(std::begin(kSweep), std::end(kSweep));
+  file.write(g + "/memory_fraction", fr, {fr.size()}, "1",
+             "cache memory as a fraction of the budget's (state pools and KV scaled together)");
+  std::vector<std::string> pnames;
+  for (PolicyKind pk : o.policies) pnames.push_back(policy_name(pk));
+  file.write_strings(g + "/policies", pnames, "policies, rows of the hit-rate datasets");
+  fmt::print("replay: budget sweep ({} requests, bookkeeping): f = cache memory / {:.2f} GiB\n",
+             reqs.size(), full.bf16.rest_bytes / kGiB);
+  fmt::print("replay: {:>8} {:>6} {:>6} {:>9} {:<5} {:>10} {:>10} {:>10}  {}\n", "f", "A", "C",
+             "KV", "mode", "policy", "hit rate", "vs belady", "binds");
+  for (const char* mode : {"bf16", "int8"}) {
+    std::vector<double> hit(o.policies.size() * fr.size());
+    std::vector<int64_t> kv_binds(fr.size()), state_binds(fr.size());
+    for (size_t fi = 0; fi < fr.size(); ++fi) {
+      const double f = fr[fi];
+      const int64_t A = std::max<int64_t>(8, static_cast<int64_t>(f * full.bf16.active.slots));
+      int64_t kv = static_cast<int64_t>(f * full.bf16.kv_tokens_correct);
+      const bool floored = kv < 2 * largest;
+      kv = std::max(kv, 2 * largest);
+      const Int8Split split =
+          int8_split_at_equal_memory(A, active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
+      const bool int8 = std::string(mode) == "int8";
+      double belady_rate = -1.0;
+      std::vector<double> rates(o.policies.size());
+      for (size_t pi = 0; pi < o.policies.size(); ++pi) {
+        EngineConfig c = replay_config(o, m, int8 ? CacheMode::int8 : CacheMode::bf16,
+                                       int8 ? split.active : A, int8 ? split.ckpt : 0, kv);
+        c.cache.payload = false;
+        c.cache.policy = o.policies[pi];
+        if (o.policies[pi] == PolicyKind::belady) c.cache.next_use = index;
+        const std::string name = fmt::format("sweep {} f={:.4f} {}", mode, f, pnames[pi]);
+        const ModeReplay mr = summarize_run(
+            replay_once(name, c, reqs, trace_path(o)), reqs,
+            static_cast<size_t>((reqs.back().timestamp_ms - reqs.front().timestamp_ms) / 60000.0) +
+                1);
+        rates[pi] = mr.token_hit_rate;
+        hit[pi * fr.size() + fi] = mr.token_hit_rate;
+        if (o.policies[pi] == PolicyKind::belady) belady_rate = mr.token_hit_rate;
+        if (o.policies[pi] == PolicyKind::lru) {
+          kv_binds[fi] = mr.run.tree.full_evicted_nodes > 0 ? 1 : 0;
+          state_binds[fi] = mr.run.tree.state_evictions > 0 ? 1 : 0;
+        }
+        summary.set(fmt::format("replay.sweep.f{:.4f}.{}.{}.token_hit_rate", f, pnames[pi], mode),
+                    mr.token_hit_rate);
+        const std::string binds = fmt::format(
+            "{}{}{}", mr.run.tree.full_evicted_nodes > 0 ? "KV " : "",
+            mr.run.tree.state_evictions > 0 ? "state" : "", floored ? " (KV floor)" : "");
+        fmt::print("replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} {:>10} {:>10.4f} {:>10}  {}\n", f,
+                   int8 ? split.active : A, int8 ? split.ckpt : 0, kv, mode, pnames[pi],
+                   mr.token_hit_rate, "", binds);
+      }
+      if (belady_rate > 0) {
+        double best = 0.0;
+        std::string who;
+        for (size_t pi = 0; pi < o.policies.size(); ++pi)
+          if (o.policies[pi] != PolicyKind::belady && rates[pi] > best) {
+            best = rates[pi];
+            who = pnames[pi];
+          }
+        const double gap = (belady_rate - best) / belady_rate;
+        summary.set(fmt::format("replay.sweep.f{:.4f}.{}.best_online_gap", f, mode), gap);
+        fmt::print(
+            "replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} best online {} at {:.1f}% below belady\n", f,
+            "", "", "", mode, who, 100.0 * gap);
+      }
+    }
+    file.write(g + "/" + mode + "_token_hit_rate", hit, {o.policies.size(), fr.size()}, "1",
+               "[policy, memory fraction]: token hit rate");
+    file.write(g + "/" + mode + "_kv_binds", kv_binds, {fr.size()}, "1",
+               "lru: 1 when the KV pool evicted (binds) at that memory fraction");
+    file.write(g + "/" + mode + "_state_binds", state_binds, {fr.size()}, "1",
+               "lru: 1 when the state pool evicted (binds) at that memory fraction");
+  }
+}
+
+}  // namespace
+
 void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  record_replay(measure_replay(o, m), file, summary);
+  const ReplayResult r = measure_replay(o, m);
+  record_replay(r, file, summary);
+  record_gaps(r, summary);
+  if (o.budget_sweep) budget_sweep(o, m, file, summary);
 }
 
 }  // namespace statecheck

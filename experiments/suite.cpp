@@ -86,6 +86,10 @@ Options suite_experiment_options(const Options& base, const ExperimentEntry& e,
   for (const OptionNote& r : e.refuses) reset_option(o, r.option);
   o.experiment = e.name;
   o.out = dir + "/" + e.name + ".h5";
+  // The policy comparison (docs/cache_policies.md): capacity runs every eviction policy side by
+  // side unless --policy chose others (about a second in --quick; lru's keys are unchanged).
+  if (e.name == "capacity" && o.policies == std::vector<PolicyKind>{PolicyKind::lru})
+    o.policies = all_policies();
   return o;
 }
 

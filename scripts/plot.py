@@ -445,7 +445,59 @@ def plot_replay(f, out):
     axes[0][0].set_ylabel("token hit rate of requests arriving that minute\n(finely dotted horizontal: overall rate of the mode)")
     fig.suptitle(_title(f, f"replay of {os.path.basename(str(_attr(g, 'trace')))} ({_attr(g, 'requests')} requests)"),
                  fontsize=10)
-    return [_save(fig, out, "replay_hit_rate_over_time.png")]
+    drawn = [_save(fig, out, "replay_hit_rate_over_time.png")]
+    if "budget_sweep" in g:
+        drawn += plot_budget_sweep(f, g["budget_sweep"], out)
+    return drawn
+
+
+def plot_budget_sweep(f, s, out):
+    """replay --budget-sweep: token hit rate against cache memory per policy and format, with the
+    fractions where the KV pool and the state pool evict (bind) marked; and the map of which
+    format and online policy win at each budget (docs/cache_policies.md)."""
+    fr = s["memory_fraction"][()]
+    pols = _strings(s["policies"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    for ax, mode in zip(axes, ("bf16", "int8")):
+        hit = s[f"{mode}_token_hit_rate"][()]
+        for i, p in enumerate(pols):
+            ax.plot(fr, hit[i], marker="o", ms=4, ls="--" if p == "belady" else "-",
+                    label=p + (" (offline bound)" if p == "belady" else ""))
+        kv, st = s[f"{mode}_kv_binds"][()], s[f"{mode}_state_binds"][()]
+        for x, k, t in zip(fr, kv, st):
+            if k:
+                ax.axvline(x, color="tab:red", alpha=0.15, lw=6)
+            if t:
+                ax.plot([x], [0.01], marker="^", color="tab:purple")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("cache memory / the budget's (log scale)")
+        ax.set_title(f"{mode} ({'single pool' if mode == 'bf16' else 'int8 checkpoint pool'}); "
+                     "red band: KV binds, triangle: state pool binds", fontsize=8)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("token hit rate (fraction of prompt tokens served from cache)")
+    fig.suptitle(_title(f, "hit rate against the memory budget"), fontsize=9)
+    drawn = [_save(fig, out, "replay_budget_sweep.png")]
+    # The map: per budget, the best online (format, policy) and its hit rate.
+    online = [i for i, p in enumerate(pols) if p != "belady"]
+    if online:
+        fig, ax = plt.subplots(figsize=(9, 2.6))
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for j, x in enumerate(fr):
+            best = max(((s[f"{m}_token_hit_rate"][()][i][j], m, pols[i]) for m in ("bf16", "int8")
+                        for i in online))
+            rate, mode, pol = best
+            y = 1 if mode == "int8" else 0
+            ax.scatter([j], [y], s=600, color=colors[pols.index(pol) % len(colors)])
+            ax.annotate(f"{pol}\n{rate:.3f}", (j, y), ha="center", va="center", fontsize=6)
+        ax.set_xticks(range(len(fr)))
+        ax.set_xticklabels([f"{x:g}" for x in fr])
+        ax.set_yticks([0, 1])
+        ax.set_yticklabels(["bf16 wins", "int8 wins"])
+        ax.set_ylim(-0.7, 1.7)
+        ax.set_xlabel("cache memory / the budget's")
+        ax.set_title(_title(f, "which format and online policy win at which budget"), fontsize=8)
+        drawn.append(_save(fig, out, "replay_policy_format_map.png"))
+    return drawn
 
 
 def plot_inloop(f, out):

@@ -8,6 +8,10 @@ namespace statecheck {
 
 namespace {
 
+inline bool uses_tree_lru(const EvictionPolicy* p) {
+  return p == nullptr || p->kind() == PolicyKind::lru;
+}
+
 inline uint64_t child_key(int32_t parent, int32_t token) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) |
          static_cast<uint32_t>(token);
@@ -209,7 +213,10 @@ RadixMatch RadixTree::match(const int32_t* tokens, int64_t n, bool every_node_ha
       list_push_front(full_, *it);
     }
     for (int32_t x : path) nodes_[x].full_tick = t--;
-    if (nodes_[best].state != kNoSlot) touch_state(best);
+    if (nodes_[best].state != kNoSlot) {
+      touch_state(best);
+      if (policy_) policy_->on_hit(*this, best);
+    }
   }
   r.hit_len = best_len;
   r.hit_node = best;
@@ -236,7 +243,8 @@ RadixInsert RadixTree::insert(const int32_t* tokens, int64_t n, int32_t state,
     if (child < 0) break;
     node = child;
     touch_full(node);
-    if (nodes_[node].state != kNoSlot) touch_state(node);
+    if (nodes_[node].state != kNoSlot && (!policy_ || policy_->refresh_walked_states_on_insert()))
+      touch_state(node);
     const int64_t klen = static_cast<int64_t>(nodes_[node].key.size());
     const int64_t p = common_prefix(nodes_[node].key.data(), klen, tokens + pos, n - pos);
     if (prev_prefix_len < pos + p) r.kv_freed += (pos + p) - std::max(prev_prefix_len, pos);
@@ -258,6 +266,7 @@ RadixInsert RadixTree::insert(const int32_t* tokens, int64_t n, int32_t state,
     full_evictable_ += n - pos;
     ++state_evictable_;
     r.node = leaf;
+    if (policy_) policy_->on_state_added(*this, leaf, tokens, n);
   } else if (nodes_[node].state == kNoSlot) {
     RadixNode& t = nodes_[node];
     t.state = state;
@@ -266,10 +275,11 @@ RadixInsert RadixTree::insert(const int32_t* tokens, int64_t n, int32_t state,
     touch_state(node);
     ++(t.state_lock == 0 ? state_evictable_ : state_protected_);
     r.node = node;
+    if (policy_) policy_->on_state_added(*this, node, tokens, n);
   } else {
     r.state_exists = true;
     touch_full(node);
-    touch_state(node);
+    if (!policy_ || policy_->refresh_walked_states_on_insert()) touch_state(node);
     r.node = node;
   }
   return r;
@@ -333,6 +343,7 @@ int64_t RadixTree::evict_leaf(int32_t x, int32_t* survivor, int64_t* nodes_delet
   if (n.full_lock != 0 || n.state_lock != 0)
     fail("radix evict: leaf {} is locked (full {}, state {})", x, n.full_lock, n.state_lock);
   if (n.state == kNoSlot) fail("radix evict: leaf {} is a tombstone (a leaf must hold a state)", x);
+  if (policy_) policy_->on_state_removed(*this, x);
   const int64_t len = static_cast<int64_t>(n.key.size());
   kv_.free(len);
   states_.free(n.state);
@@ -365,6 +376,7 @@ int64_t RadixTree::evict_leaf(int32_t x, int32_t* survivor, int64_t* nodes_delet
 }
 
 int64_t RadixTree::evict_full(int64_t tokens) {
+  if (!uses_tree_lru(policy_)) return evict_full_policy(tokens);
   int64_t evicted = 0;
   int32_t x = full_lru_leaf_unlocked(-1);
   while (evicted < tokens && x >= 0) {
@@ -382,12 +394,14 @@ int64_t RadixTree::evict_full(int64_t tokens) {
 }
 
 int32_t RadixTree::evict_state(int32_t count) {
+  if (!uses_tree_lru(policy_)) return evict_state_policy(count);
   int32_t evicted = 0;
   int32_t x = state_lru_unlocked(-1);
   while (evicted < count && x >= 0) {
     const int32_t next = state_lru_unlocked(x);
     RadixNode& n = nodes_[x];
     if (n.num_children > 0) {
+      if (policy_) policy_->on_state_removed(*this, x);
       states_.free(n.state);
       list_remove(state_, x);
       n.state = kNoSlot;
@@ -406,6 +420,64 @@ int32_t RadixTree::evict_state(int32_t count) {
   return evicted;
 }
 
+// The candidates are those evict_full / evict_state above would walk, in the same order (least
+// recent first); the policy picks one, which is evicted exactly as there. Collected anew for every
+// victim: an eviction may turn an ancestor into a leaf (a new KV candidate).
+int64_t RadixTree::evict_full_policy(int64_t tokens) {
+  int64_t evicted = 0;
+  while (evicted < tokens) {
+    candidates_.clear();
+    for (int32_t x = full_lru_leaf_unlocked(-1); x >= 0; x = full_lru_leaf_unlocked(x))
+      candidates_.push_back(x);
+    if (candidates_.empty()) break;
+    const size_t i = policy_->choose(*this, candidates_, EvictPool::kv);
+    if (i >= candidates_.size())
+      fail("radix evict: policy {} chose candidate {} of {}", policy_name(policy_->kind()), i,
+           candidates_.size());
+    int32_t survivor = kRoot;
+    int64_t deleted = 0;
+    evicted += evict_leaf(candidates_[i], &survivor, &deleted);
+    counters_.full_evicted_nodes += deleted;
+  }
+  counters_.full_evicted_tokens += evicted;
+  return evicted;
+}
+
+void RadixTree::evict_one_state(int32_t x) {
+  RadixNode& n = nodes_[x];
+  if (n.num_children > 0) {
+    policy_->on_state_removed(*this, x);
+    states_.free(n.state);
+    list_remove(state_, x);
+    n.state = kNoSlot;
+    --state_evictable_;
+    ++counters_.tombstones_created;
+  } else {
+    int32_t survivor = kRoot;
+    int64_t deleted = 0;
+    evict_leaf(x, &survivor, &deleted);
+    counters_.state_evicted_nodes += deleted;
+  }
+}
+
+int32_t RadixTree::evict_state_policy(int32_t count) {
+  int32_t evicted = 0;
+  while (evicted < count) {
+    candidates_.clear();
+    for (int32_t x = state_lru_unlocked(-1); x >= 0; x = state_lru_unlocked(x))
+      candidates_.push_back(x);
+    if (candidates_.empty()) break;
+    const size_t i = policy_->choose(*this, candidates_, EvictPool::state);
+    if (i >= candidates_.size())
+      fail("radix evict: policy {} chose candidate {} of {}", policy_name(policy_->kind()), i,
+           candidates_.size());
+    evict_one_state(candidates_[i]);
+    ++evicted;
+  }
+  counters_.state_evictions += evicted;
+  return evicted;
+}
+
 void RadixTree::reset() {
   for (size_t id = 1; id < nodes_.size(); ++id) {
     const RadixNode& n = nodes_[id];
@@ -416,7 +488,10 @@ void RadixTree::reset() {
     const RadixNode& n = nodes_[id];
     if (!n.live) continue;
     kv_.free(static_cast<int64_t>(n.key.size()));
-    if (n.state != kNoSlot) states_.free(n.state);
+    if (n.state != kNoSlot) {
+      if (policy_) policy_->on_state_removed(*this, static_cast<int32_t>(id));
+      states_.free(n.state);
+    }
   }
   nodes_.resize(1);
   nodes_[kRoot].num_children = 0;

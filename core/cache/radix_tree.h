@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cache/eviction_policy.h"
 #include "core/pools/kv_pool.h"
 #include "core/pools/slot_allocator.h"
 
@@ -84,6 +85,13 @@ class RadixTree {
   // to; `chunk_granularity` = Cg > 0 (branching points are floored to it).
   RadixTree(KvPool& kv, SlotAllocator& states, int chunk_granularity);
 
+  // The eviction policy (core/cache/eviction_policy.h), not owned; nullptr (the default) or an
+  // lru policy: the tree's own LRU order, SGLang's. Any other policy picks the victim of
+  // evict_full and evict_state among the candidates those functions would consider, and is told
+  // of every state added, hit and removed. Set it before the first insert.
+  void set_policy(EvictionPolicy* policy) { policy_ = policy; }
+  EvictionPolicy* policy() const { return policy_; }
+
   // match(tokens[0, n)). The engine passes n = len - 1 (at least one token is always recomputed);
   // this function matches exactly what it is given. Walks from the root; a partial match inside
   // an edge splits that node (matching mutates the tree). Returns the depth and node of the
@@ -112,7 +120,8 @@ class RadixTree {
   // (exclusive). unlock reverses it; unlocking an unlocked node throws statecheck::Error. A lock
   // taken on a tombstone (possible only under KV-only matching, where a hit need not hold a state)
   // is counted on the node (own_locks): a state inserted there later starts with that many state
-  // locks, so the unlock finds what it releases (SGLang's own description does not cover a lock on a tombstone).
+  // locks, so the unlock finds what it releases (SGLang's own description does not cover a lock on
+  // a tombstone).
   void lock(int32_t node);
   void unlock(int32_t node);
 
@@ -176,6 +185,10 @@ class RadixTree {
   void touch_state(int32_t id);
   int32_t full_lru_leaf_unlocked(int32_t from) const;  // from = -1: start at the tail
   int32_t state_lru_unlocked(int32_t from) const;
+  // The policy-driven evictions (policy_ set and not lru).
+  int64_t evict_full_policy(int64_t tokens);
+  int32_t evict_state_policy(int32_t count);
+  void evict_one_state(int32_t x);
 
   KvPool& kv_;
   SlotAllocator& states_;
@@ -190,6 +203,8 @@ class RadixTree {
   int64_t full_evictable_ = 0, full_protected_ = 0;
   int32_t state_evictable_ = 0, state_protected_ = 0;
   RadixCounters counters_;
+  EvictionPolicy* policy_ = nullptr;
+  std::vector<int32_t> candidates_;  // scratch of the policy-driven evictions
 };
 
 }  // namespace statecheck

@@ -60,7 +60,17 @@ StateCache::StateCache(const CacheConfig& config)
       ckpt_(config.mode == CacheMode::int8 ? config.ckpt_slots : 0, config.shape, config.scale,
             config.payload),
       tree_(kv_, config.mode == CacheMode::int8 ? ckpt_.allocator() : active_.allocator(),
-            config.chunk_granularity) {}
+            config.chunk_granularity) {
+  PolicyContext ctx;
+  ctx.flops = cfg_.flops;
+  ctx.kv_capacity = cfg_.kv_tokens;
+  ctx.state_capacity = cfg_.mode == CacheMode::int8 ? cfg_.ckpt_slots : cfg_.active_slots;
+  ctx.chunk_granularity = cfg_.chunk_granularity;
+  ctx.next_use = cfg_.next_use;
+  policy_ = cfg_.policy == PolicyKind::marconi ? make_marconi_policy(ctx, cfg_.marconi_alpha)
+                                               : make_eviction_policy(cfg_.policy, ctx);
+  tree_.set_policy(policy_.get());
+}
 
 SlotAllocator& StateCache::cached_state_allocator() {
   return cfg_.mode == CacheMode::int8 ? ckpt_.allocator() : active_.allocator();
@@ -161,6 +171,7 @@ void StateCache::verify_restore(const CacheRequest& r, const int32_t* tokens) co
 void StateCache::match(CacheRequest& r, const int32_t* tokens, int64_t n) {
   if (n < 1) fail("cache match: request {} has no tokens", r.id);
   if (r.admitted) fail("cache match: request {} is already admitted", r.id);
+  if (policy_) policy_->on_request(r.id, tokens, n);
   const RadixMatch m = tree_.match(tokens, n - 1, cfg_.kv_only_match);
   r.hit_len = m.hit_len;
   r.hit_node = m.hit_node;

@@ -23,9 +23,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/cache/eviction_policy.h"
+#include "core/cache/next_use_index.h"
 #include "core/cache/radix_tree.h"
 #include "core/pools/kv_pool.h"
 #include "core/pools/state_pool.h"
@@ -58,6 +61,13 @@ struct CacheConfig {
   // reference cache of the replay experiment, which measures what the trace offers; never a mode
   // of the engine model. Its pools must never need an eviction (statecheck::Error if they do).
   bool kv_only_match = false;
+  // Eviction policy (docs/cache_policies.md): lru is the engine's own order. marconi reads
+  // `flops`; belady needs `next_use`, the next-use index of the workload in submission order
+  // (engine request ids), and is refused without it.
+  PolicyKind policy = PolicyKind::lru;
+  double marconi_alpha = -1.0;  // marconi: < 0 bootstraps alpha (the default), else fixed
+  FlopCosts flops;
+  std::shared_ptr<const NextUseIndex> next_use;
 
   int tracking_slots() const {
     return strategy == CacheStrategy::extra_buffer ? (overlap_schedule ? 2 : 1) : 0;
@@ -122,6 +132,8 @@ class StateCache {
   CheckpointPool& checkpoint() { return ckpt_; }
   const CheckpointPool& checkpoint() const { return ckpt_; }
   const CacheCounters& counters() const { return counters_; }
+  // The eviction policy in use; nullptr for lru (the tree's own order).
+  const EvictionPolicy* policy() const { return policy_.get(); }
   // The allocator cached states come from: the active pool (bf16) or the checkpoint pool (int8).
   SlotAllocator& cached_state_allocator();
 
@@ -207,6 +219,7 @@ class StateCache {
   ActivePool active_;
   CheckpointPool ckpt_;
   RadixTree tree_;
+  std::unique_ptr<EvictionPolicy> policy_;
   CacheCounters counters_;
 };
 

@@ -46,7 +46,6 @@ KSweepResult run_ksweep(const EngineConfig& config, const KSweepParams& p) {
   if (p.K < 1 || p.prefix_min < 1 || p.prefix_max < p.prefix_min || p.suffix < 1)
     fail("K-sweep: bad parameters K={} prefix {}..{} suffix {}", p.K, p.prefix_min, p.prefix_max,
          p.suffix);
-  Engine engine(config);
   Rng len_rng(mix_seed(p.seed, 0x6b5e, static_cast<uint64_t>(p.K)));
   std::vector<RequestSpec> warm(p.K), probe(p.K);
   std::vector<int64_t> prefix_len(p.K);
@@ -67,6 +66,16 @@ KSweepResult run_ksweep(const EngineConfig& config, const KSweepParams& p) {
       s.tag = phase;
     }
   }
+  // belady: the next-use index of this workload, in submission order (WARM, then PROBE).
+  EngineConfig cfg = config;
+  if (cfg.cache.policy == PolicyKind::belady && !cfg.cache.next_use)
+    cfg.cache.next_use = std::make_shared<NextUseIndex>(
+        2 * static_cast<size_t>(p.K),
+        [&](size_t i) {
+          return i < static_cast<size_t>(p.K) ? warm[i].prompt : probe[i - p.K].prompt;
+        },
+        cfg.cache.chunk_granularity);
+  Engine engine(cfg);
   KSweepResult res;
   res.K = p.K;
   const auto warm_rec = run_closed_loop(engine, warm, p.parallel);

@@ -50,7 +50,8 @@ struct KSweepResult {
   std::vector<RequestRecord> probe_records;  // PROBE requests, in submission order
 };
 
-// Runs one K on a fresh engine built from `config`. Throws on bad parameters.
+// Runs one K on a fresh engine built from `config` (under belady without an index, with the
+// next-use index of this workload). Throws on bad parameters.
 KSweepResult run_ksweep(const EngineConfig& config, const KSweepParams& p);
 
 // Few-shot (dequant fire count): one fixed prefix of `prefix_len` tokens + a distinct question of

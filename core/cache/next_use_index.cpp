@@ -1,0 +1,65 @@
+#include "core/cache/next_use_index.h"
+
+#include <algorithm>
+
+#include "core/util/error.h"
+
+namespace statecheck {
+
+namespace {
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+inline uint64_t fnv_step(uint64_t h, int32_t token) {
+  const uint32_t u = static_cast<uint32_t>(token);
+  for (int b = 0; b < 4; ++b) {
+    h ^= (u >> (8 * b)) & 0xffu;
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+// A nonzero key of the prefix hash h at depth c (the depth is mixed in so that equal hashes of
+// different lengths never collide; 0 is reserved for the empty prefix).
+inline uint64_t make_key(uint64_t h, int64_t c) {
+  uint64_t k = h ^ (static_cast<uint64_t>(c) * 0x9e3779b97f4a7c15ull);
+  k ^= k >> 31;
+  return k == 0 ? 1 : k;
+}
+
+}  // namespace
+
+NextUseIndex::NextUseIndex(size_t requests,
+                           const std::function<std::vector<int32_t>(size_t)>& tokens_of,
+                           int granularity)
+    : g_(granularity), requests_(requests) {
+  if (granularity < 1) fail("next-use index: granularity must be >= 1, got {}", granularity);
+  for (size_t j = 0; j < requests; ++j) {
+    const std::vector<int32_t> t = tokens_of(j);
+    const int64_t usable = static_cast<int64_t>(t.size()) - 1;  // the engine matches len - 1
+    uint64_t h = kFnvOffset;
+    for (int64_t i = 0; i < usable; ++i) {
+      h = fnv_step(h, t[static_cast<size_t>(i)]);
+      if ((i + 1) % g_ == 0) entries_.emplace_back(make_key(h, i + 1), static_cast<int64_t>(j));
+    }
+  }
+  std::sort(entries_.begin(), entries_.end());
+}
+
+uint64_t NextUseIndex::key(const int32_t* tokens, int64_t depth) const {
+  const int64_t c = depth / g_ * g_;
+  if (c <= 0) return 0;
+  uint64_t h = kFnvOffset;
+  for (int64_t i = 0; i < c; ++i) h = fnv_step(h, tokens[i]);
+  return make_key(h, c);
+}
+
+int64_t NextUseIndex::next_use(uint64_t key, int64_t now) const {
+  if (key == 0) return now + 1 < static_cast<int64_t>(requests_) ? now + 1 : kNever;
+  auto it = std::upper_bound(entries_.begin(), entries_.end(), std::make_pair(key, now));
+  if (it == entries_.end() || it->first != key) return kNever;
+  return it->second;
+}
+
+}  // namespace statecheck

@@ -1,0 +1,49 @@
+// The next-use index of the offline bound `belady` (docs/cache_policies.md): for a workload known
+// in advance, when a cached prefix is next used.
+//
+// A prefix tokens[0, d) counts as used by request j when j's matchable tokens tokens_j[0, len_j -
+// 1) start with tokens[0, c), c = floor(d / G) * G and G the chunk granularity Cg: the index holds,
+// for every request j and every multiple c of G with G <= c <= len_j - 1, the pair (key of
+// tokens_j[0, c), j). Under extra_buffer every cached state sits on the Cg grid (tracked points,
+// branching points, decode tracks at multiples of the track interval), so the key is exact there;
+// an off-grid state (no_buffer chunk and sequence ends) is keyed by its grid floor, and a prefix
+// shorter than G by the empty prefix, which every later request uses.
+//
+// Built in O(N log N) for N (key, request) pairs: one pass of an incremental FNV-1a hash over every
+// request's tokens, then a sort. next_use is a binary search (O(log N)).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <utility>
+#include <vector>
+
+namespace statecheck {
+
+class NextUseIndex {
+ public:
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+  // `requests` requests in submission order (engine ids 0 .. requests - 1); tokens_of(i) returns
+  // request i's prompt. granularity G >= 1. Throws statecheck::Error on G < 1.
+  NextUseIndex(size_t requests, const std::function<std::vector<int32_t>(size_t)>& tokens_of,
+               int granularity);
+
+  // Key of the prefix tokens[0, depth) (see the file comment); 0 for depth < G (the empty prefix).
+  uint64_t key(const int32_t* tokens, int64_t depth) const;
+  // The first request id > now that uses the prefix of `key`; kNever when none does. Key 0 (the
+  // empty prefix): now + 1 while requests remain.
+  int64_t next_use(uint64_t key, int64_t now) const;
+
+  int granularity() const { return g_; }
+  size_t requests() const { return requests_; }
+  size_t entries() const { return entries_.size(); }
+
+ private:
+  int g_ = 64;
+  size_t requests_ = 0;
+  std::vector<std::pair<uint64_t, int64_t>> entries_;  // (key, request id), sorted
+};
+
+}  // namespace statecheck

@@ -1,0 +1,375 @@
+// Eviction policies (docs/cache_policies.md): hand-made request sequences with hit counts traced
+// by hand, belady never below an online policy (seeded property test on a paging workload where
+// belady is provably optimal), every cache invariant after every operation under each policy, and
+// the generic policy path with the least-recent choice equal to the tree's own LRU code.
+#include <gtest/gtest.h>
+
+#include "core/cache/engine.h"
+#include "core/cache/next_use_index.h"
+#include "core/util/rng.h"
+#include "core/workloads/workload.h"
+
+using namespace statecheck;
+
+namespace {
+
+// A paging workload through the engine: int8, extra_buffer, Cg = 8, one request in flight, KV
+// never binding. Prefix p is 16 tokens (its own first token, so every prefix is a leaf of the
+// root), each request adds 4 fresh tokens and generates 1. A miss tracks and caches the state at
+// 16 (one checkpoint slot, evicting one when the pool is full); a hit restores it and caches
+// nothing new. So hits are exactly those of paging with `slots` frames.
+struct Paging {
+  std::vector<std::vector<int32_t>> prefixes;
+  std::vector<RequestSpec> requests;
+};
+
+Paging paging_workload(const std::vector<int>& sequence, const std::vector<int>& prefix_len) {
+  Paging w;
+  for (size_t p = 0; p < prefix_len.size(); ++p) {
+    std::vector<int32_t> t(static_cast<size_t>(prefix_len[p]));
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(1000 * (p + 1) + i);
+    w.prefixes.push_back(t);
+  }
+  int32_t fresh = 1 << 20;
+  for (int p : sequence) {
+    RequestSpec s;
+    const auto& pre = w.prefixes[static_cast<size_t>(p)];
+    s.prompt.assign(pre.begin(), pre.end());
+    for (int i = 0; i < 4; ++i) s.prompt.push_back(fresh++);
+    s.output_len = 1;
+    w.requests.push_back(std::move(s));
+  }
+  return w;
+}
+
+EngineConfig paging_config(PolicyKind policy, int slots) {
+  EngineConfig c;
+  c.cache.mode = CacheMode::int8;
+  c.cache.strategy = CacheStrategy::extra_buffer;
+  c.cache.active_slots = 6;
+  c.cache.ckpt_slots = slots;
+  c.cache.kv_tokens = 1 << 16;
+  c.cache.chunk_granularity = 8;
+  c.cache.payload = false;
+  c.cache.policy = policy;
+  c.check_invariants = true;
+  return c;
+}
+
+// Requests served from the cache (state hits) of `sequence` over prefixes of `prefix_len` tokens.
+int64_t paging_hits(PolicyKind policy, const std::vector<int>& sequence, int slots,
+                    const std::vector<int>& prefix_len, double marconi_alpha = -1.0) {
+  const Paging w = paging_workload(sequence, prefix_len);
+  EngineConfig c = paging_config(policy, slots);
+  c.cache.marconi_alpha = marconi_alpha;
+  // marconi: a long prefix saves quadratically more attention FLOPs per byte than a short one.
+  c.cache.flops.dense_per_token = 1.0;
+  c.cache.flops.attention_per_pair = 1.0;
+  c.cache.flops.state_bytes = 16.0;
+  c.cache.flops.kv_bytes_per_token = 1.0;
+  if (policy == PolicyKind::belady)
+    c.cache.next_use = std::make_shared<NextUseIndex>(
+        w.requests.size(), [&](size_t i) { return w.requests[i].prompt; },
+        c.cache.chunk_granularity);
+  Engine e(c);
+  run_closed_loop(e, w.requests, 1);
+  e.check();
+  return e.cache().counters().state_hits;
+}
+
+const std::vector<int> kCyclic = {0, 1, 2, 0, 1, 2, 0, 1, 2};  // K = 3 prefixes over 2 slots
+
+}  // namespace
+
+// Cyclic scan of 3 prefixes over 2 slots (the capacity experiment's shape in miniature).
+// LRU evicts each prefix just before it returns: 0 hits. Belady (traced by hand: keep the prefix
+// used sooner) hits at requests 3, 5 and 7: 3 hits, the optimum. lru-used equals lru here (no
+// insert walks over existing states). marconi bootstraps on the 2 requests before its first
+// eviction, which hold no reuse, so alpha stays 0: LRU, 0 hits. s3fifo (traced by hand, see
+// policy_s3fifo.cpp): A, B enter S; C evicts A (ghost); A evicts B, re-enters M from the ghost; B
+// evicts C; C evicts A from M; A evicts B; B evicts A from S; C hits in M: 1 hit.
+TEST(CachePolicies, CyclicScanHandCounts) {
+  const std::vector<int> len = {16, 16, 16};
+  EXPECT_EQ(paging_hits(PolicyKind::lru, kCyclic, 2, len), 0);
+  EXPECT_EQ(paging_hits(PolicyKind::lru_used, kCyclic, 2, len), 0);
+  EXPECT_EQ(paging_hits(PolicyKind::marconi, kCyclic, 2, len), 0);
+  EXPECT_EQ(paging_hits(PolicyKind::s3fifo, kCyclic, 2, len), 1);
+  EXPECT_EQ(paging_hits(PolicyKind::belady, kCyclic, 2, len), 3);
+}
+
+// A long prefix L (64 tokens) and two short ones (16) over 2 slots, L S1 S2 repeated 3 times.
+// LRU cycles: 0 hits. marconi with a fixed alpha = 8: the FLOP-efficiency term (normalised: 1
+// for L, 0 for a short prefix) outweighs recency (at most 1), so every eviction takes the short
+// prefix and L hits at its 2nd and 3rd visits: 2 hits. With alpha = 0 it is LRU: 0 hits.
+TEST(CachePolicies, MarconiKeepsTheLongPrefix) {
+  const std::vector<int> seq = {0, 1, 2, 0, 1, 2, 0, 1, 2};
+  const std::vector<int> len = {64, 16, 16};
+  EXPECT_EQ(paging_hits(PolicyKind::lru, seq, 2, len), 0);
+  EXPECT_EQ(paging_hits(PolicyKind::marconi, seq, 2, len, 8.0), 2);
+  EXPECT_EQ(paging_hits(PolicyKind::marconi, seq, 2, len, 0.0), 0);  // alpha 0 is LRU
+}
+
+namespace {
+
+// Belady's MIN for paging with `slots` frames, computed directly (the independent count).
+int64_t min_hits(const std::vector<int>& seq, int slots) {
+  std::vector<int> cache;
+  int64_t hits = 0;
+  for (size_t t = 0; t < seq.size(); ++t) {
+    if (std::find(cache.begin(), cache.end(), seq[t]) != cache.end()) {
+      ++hits;
+      continue;
+    }
+    if (static_cast<int>(cache.size()) == slots) {
+      size_t victim = 0, far = 0;
+      for (size_t i = 0; i < cache.size(); ++i) {
+        size_t next = seq.size() + 1;
+        for (size_t u = t + 1; u < seq.size(); ++u)
+          if (seq[u] == cache[i]) {
+            next = u;
+            break;
+          }
+        if (next > far) {
+          far = next;
+          victim = i;
+        }
+      }
+      cache.erase(cache.begin() + static_cast<int64_t>(victim));
+    }
+    cache.push_back(seq[t]);
+  }
+  return hits;
+}
+
+}  // namespace
+
+// Seeded random paging workloads: belady equals the directly computed optimum and no online
+// policy beats it.
+TEST(CachePolicies, BeladyIsNeverBelowAnOnlinePolicy) {
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    Rng rng(seed);
+    const int prefixes = 3 + static_cast<int>(rng.below(6));
+    const int slots = 2 + static_cast<int>(rng.below(3));
+    std::vector<int> len;
+    for (int p = 0; p < prefixes; ++p) len.push_back(16 + 8 * static_cast<int>(rng.below(4)));
+    std::vector<int> seq;
+    for (int i = 0; i < 60; ++i) {
+      // A skewed draw (half the requests on the first two prefixes) so that reuse exists.
+      seq.push_back(rng.uniform() < 0.5 ? static_cast<int>(rng.below(2))
+                                        : static_cast<int>(rng.below(prefixes)));
+    }
+    SCOPED_TRACE(::testing::Message()
+                 << "seed " << seed << " prefixes " << prefixes << " slots " << slots);
+    const int64_t bound = paging_hits(PolicyKind::belady, seq, slots, len);
+    EXPECT_EQ(bound, min_hits(seq, slots));
+    for (PolicyKind p : all_policies())
+      EXPECT_LE(paging_hits(p, seq, slots, len), bound) << policy_name(p);
+  }
+}
+
+// The paging optimum of the two hand sequences, as a cross-check of the counts above.
+TEST(CachePolicies, HandCountsMatchTheOptimum) {
+  EXPECT_EQ(min_hits(kCyclic, 2), 3);
+  EXPECT_EQ(paging_hits(PolicyKind::belady, {0, 1, 2, 0, 1, 2, 0, 1, 2}, 2, {64, 16, 16}),
+            min_hits({0, 1, 2, 0, 1, 2, 0, 1, 2}, 2));
+}
+
+namespace {
+
+// The random-operation workload of test_cache_random.cpp under a policy: prompts drawn in
+// advance (belady's next-use index needs them), every invariant checked after every operation.
+void random_operations(PolicyKind policy, CacheMode mode, CacheStrategy strategy, uint64_t seed,
+                       int ops) {
+  EngineConfig cfg;
+  cfg.cache.mode = mode;
+  cfg.cache.strategy = strategy;
+  cfg.cache.active_slots = 12;
+  cfg.cache.ckpt_slots = 6;
+  cfg.cache.kv_tokens = 1500;
+  cfg.cache.chunk_granularity = 8;
+  cfg.cache.track_interval = 16;
+  cfg.cache.payload = true;
+  cfg.cache.shape.temporal = StateShape{1, 1, 4, 8};
+  cfg.cache.shape.conv_elems = 3;
+  cfg.cache.policy = policy;
+  cfg.cache.flops.dense_per_token = 1.0;
+  cfg.cache.flops.attention_per_pair = 0.5;
+  cfg.cache.flops.state_bytes = 40.0;
+  cfg.max_running = 4;
+  cfg.chunked_prefill = 96;
+  cfg.check_invariants = true;
+  Rng rng(seed);
+  std::vector<std::vector<int32_t>> stems;
+  for (int s = 0; s < 5; ++s) stems.push_back(synthetic_tokens(seed, 10 + s, 20 + 30 * s));
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < ops; ++i) {
+    RequestSpec s;
+    const auto& stem = stems[rng.below(stems.size())];
+    s.prompt.assign(stem.begin(), stem.begin() + static_cast<int64_t>(1 + rng.below(stem.size())));
+    const int64_t tail = static_cast<int64_t>(rng.below(40));
+    for (int64_t k = 0; k < tail; ++k) s.prompt.push_back(static_cast<int32_t>(rng.below(6)));
+    s.output_len = static_cast<int32_t>(1 + rng.below(40));
+    specs.push_back(std::move(s));
+  }
+  if (policy == PolicyKind::belady)
+    cfg.cache.next_use = std::make_shared<NextUseIndex>(
+        specs.size(), [&](size_t i) { return specs[i].prompt; }, cfg.cache.chunk_granularity);
+  Engine e(cfg);
+  size_t submitted = 0;
+  for (int op = 0; op < ops; ++op) {
+    const double u = rng.uniform();
+    SCOPED_TRACE(::testing::Message() << policy_name(policy) << " op " << op);
+    if (u < 0.25 && submitted < specs.size()) {
+      RequestSpec s = specs[submitted++];
+      s.arrival = e.now() + rng.uniform(0.0, 0.05);
+      e.submit(std::move(s));
+    } else if (u < 0.75) {
+      e.step();
+    } else if (u < 0.80) {
+      if (submitted > 0) e.abort(static_cast<int64_t>(rng.below(submitted)));
+    } else if (u < 0.83) {
+      e.retract_one();
+    } else if (u < 0.90) {
+      e.cache().tree().evict_full(static_cast<int64_t>(1 + rng.below(200)));
+    } else if (u < 0.97) {
+      e.cache().tree().evict_state(static_cast<int32_t>(1 + rng.below(3)));
+    } else if (e.running() == 0) {
+      e.flush();
+      ASSERT_EQ(e.cache().tree().node_count(), 1);
+    }
+    e.check();
+  }
+  e.run();
+  e.check();
+  EXPECT_EQ(e.running(), 0);
+  e.cache().tree().check(/*idle=*/true);
+  EXPECT_GT(e.cache().counters().cow_loads, 0);
+  EXPECT_GT(e.cache().tree().counters().state_evictions, 0);
+  EXPECT_GT(e.cache().tree().counters().full_evicted_nodes, 0);
+}
+
+struct PolicyCase {
+  PolicyKind policy;
+  CacheMode mode;
+  CacheStrategy strategy;
+};
+
+std::string case_name(const ::testing::TestParamInfo<PolicyCase>& i) {
+  std::string p = policy_name(i.param.policy);
+  std::replace(p.begin(), p.end(), '-', '_');
+  return p + "_" + cache_mode_name(i.param.mode) + "_" + cache_strategy_name(i.param.strategy);
+}
+
+std::vector<PolicyCase> all_cases() {
+  std::vector<PolicyCase> c;
+  for (PolicyKind p : all_policies())
+    for (CacheMode m : {CacheMode::bf16, CacheMode::int8})
+      for (CacheStrategy s : {CacheStrategy::no_buffer, CacheStrategy::extra_buffer})
+        c.push_back({p, m, s});
+  return c;
+}
+
+class PolicyInvariants : public ::testing::TestWithParam<PolicyCase> {};
+
+}  // namespace
+
+TEST_P(PolicyInvariants, EveryOperation) {
+  const PolicyCase& c = GetParam();
+  random_operations(c.policy, c.mode, c.strategy, 7 + static_cast<uint64_t>(c.policy), 1500);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyInvariants, ::testing::ValuesIn(all_cases()),
+                         case_name);
+
+namespace {
+
+// The least-recent candidate through the policy path: must reproduce the tree's own LRU code.
+class FirstCandidate final : public EvictionPolicy {
+ public:
+  PolicyKind kind() const override { return PolicyKind::lru_used; }
+  size_t choose(const RadixTree&, const std::vector<int32_t>&, EvictPool) override { return 0; }
+};
+
+}  // namespace
+
+namespace {
+
+// 300 requests over 8 stems of 64..176 tokens plus 12 tokens from a 50-token vocabulary.
+std::vector<RequestSpec> stem_requests() {
+  std::vector<RequestSpec> reqs(300);
+  Rng rng(99);
+  std::vector<std::vector<int32_t>> stems;
+  for (int s = 0; s < 8; ++s) stems.push_back(synthetic_tokens(5, s, 64 + 16 * s));
+  for (RequestSpec& s : reqs) {
+    const auto& stem = stems[rng.below(stems.size())];
+    s.prompt.insert(s.prompt.end(), stem.begin(), stem.end());
+    for (int k = 0; k < 12; ++k) s.prompt.push_back(static_cast<int32_t>(rng.below(50)));
+    s.output_len = 1 + static_cast<int32_t>(rng.below(8));
+  }
+  return reqs;
+}
+
+// Cached tokens per request and the tree's counters of `reqs` (4 in flight) on a small cache;
+// `policy` (not owned) replaces the tree's own LRU when given.
+std::pair<std::vector<int64_t>, RadixCounters> serve(CacheMode mode,
+                                                     const std::vector<RequestSpec>& reqs,
+                                                     EvictionPolicy* policy) {
+  EngineConfig c;
+  c.cache.mode = mode;
+  c.cache.active_slots = 40;
+  c.cache.ckpt_slots = 12;
+  c.cache.kv_tokens = 3000;
+  c.cache.chunk_granularity = 8;
+  c.cache.payload = false;
+  c.max_running = 4;
+  Engine e(c);
+  if (policy) e.cache().tree().set_policy(policy);
+  std::vector<int64_t> cached;
+  for (const auto& r : run_closed_loop(e, reqs, 4)) cached.push_back(r.cached_tokens);
+  return {cached, e.cache().tree().counters()};
+}
+
+}  // namespace
+
+// lru is the tree's own code; the generic candidate path choosing the least recent candidate
+// must give the same decisions, request for request, on a workload that evicts both KV and
+// states (the default lru therefore does what it did before policies existed).
+TEST(CachePolicies, PolicyPathWithLeastRecentChoiceEqualsTreeLru) {
+  const std::vector<RequestSpec> reqs = stem_requests();
+  for (CacheMode mode : {CacheMode::bf16, CacheMode::int8}) {
+    FirstCandidate first;
+    const auto [lru_cached, lru_tree] = serve(mode, reqs, nullptr);
+    const auto [path_cached, path_tree] = serve(mode, reqs, &first);
+    ASSERT_EQ(lru_cached.size(), path_cached.size());
+    for (size_t i = 0; i < lru_cached.size(); ++i)
+      ASSERT_EQ(lru_cached[i], path_cached[i]) << cache_mode_name(mode) << " request " << i;
+    EXPECT_EQ(lru_tree.state_evictions, path_tree.state_evictions);
+    EXPECT_EQ(lru_tree.full_evicted_nodes, path_tree.full_evicted_nodes);
+    EXPECT_GT(lru_tree.state_evictions + lru_tree.full_evicted_nodes, 0);
+  }
+}
+
+TEST(CachePolicies, ParsePolicyList) {
+  const auto l = parse_policy_list("lru,belady,s3fifo");
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[1], PolicyKind::belady);
+  EXPECT_THROW(parse_policy_list("lru,,s3fifo"), Error);
+  EXPECT_THROW(parse_policy_list("lru,lru"), Error);
+  EXPECT_THROW(parse_policy_list("arc"), Error);
+}
+
+// The next-use index against a direct scan.
+TEST(CachePolicies, NextUseIndexMatchesADirectScan) {
+  std::vector<std::vector<int32_t>> reqs = {
+      {1, 2, 3, 4, 5}, {1, 2, 9, 9, 9}, {1, 2, 3, 4, 7}, {5, 5, 5, 5, 5}, {1, 2, 3, 4, 5, 6}};
+  NextUseIndex ix(
+      reqs.size(), [&](size_t i) { return reqs[i]; }, 2);
+  const int32_t p4[] = {1, 2, 3, 4};
+  const uint64_t k4 = ix.key(p4, 4), k2 = ix.key(p4, 2), k3 = ix.key(p4, 3);
+  EXPECT_EQ(k3, k2);                 // off the grid: keyed by its floor
+  EXPECT_EQ(ix.next_use(k4, 0), 2);  // request 2 matches [1 2 3 4] within len - 1 = 4
+  EXPECT_EQ(ix.next_use(k4, 2), 4);
+  EXPECT_EQ(ix.next_use(k4, 4), NextUseIndex::kNever);
+  EXPECT_EQ(ix.next_use(k2, 0), 1);
+  EXPECT_EQ(ix.next_use(ix.key(p4, 1), 3), 4);  // shorter than G: the empty prefix
+}
