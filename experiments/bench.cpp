@@ -11,6 +11,7 @@
 
 #include "core/codec/codec.h"
 #include "core/drive/drive.h"
+#include "core/drive/states_source.h"
 #include "core/recurrence/gated_delta.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
@@ -40,7 +41,11 @@ struct BenchRow {
 };
 
 void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  const RecurrenceShape shape = recurrence_shape(m);
+  // --drive inputs: the file's first linear layer of its first sequence (its own shape flags);
+  // otherwise the family's synthetic drive.
+  const bool from_file = o.drive && o.drive->kind == DriveKind::inputs;
+  const StatesSource source = from_file ? options_states_source(o, m) : StatesSource();
+  const RecurrenceShape shape = from_file ? source.shape() : recurrence_shape(m);
   const int repeats = o.quick ? 3 : 7;
   std::vector<BenchRow> rows;
 
@@ -52,9 +57,11 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const double copy_gbps = 2.0 * copy_bytes / copy_s / 1e9;
 
   // Reference recurrence: all heads of one layer of the model, T tokens, one core.
-  const int T = o.quick ? 64 : 256;
+  int T = o.quick ? 64 : 256;
+  if (from_file) T = std::min(T, source.token_limit());
   const DriveKind drive = m.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda;
-  const LayerInputs in = synthetic_inputs(drive, shape, o.seed, 0, T);
+  const LayerInputs in =
+      from_file ? source.layer_inputs(0, 0, T) : synthetic_inputs(drive, shape, o.seed, 0, T);
   std::vector<float> S(static_cast<size_t>(shape.HV) * shape.dv * shape.dk, 0.0f);
   BenchRow ref{"cpu_reference_fp32", 0, 0, 0};
   ref.seconds =
@@ -87,6 +94,7 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const std::string g = "bench";
   file.group(g);
   file.attr(g, "device", std::string("cpu, one core"));
+  file.attr(g, "drive", from_file ? source.drive_name() : std::string(drive_kind_name(drive)));
   file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s",
                     "memcpy bandwidth of one core, bytes read + written / time");
   summary.set("bench.cpu_copy.gbps", copy_gbps);

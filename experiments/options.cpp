@@ -62,6 +62,7 @@ std::vector<std::string> experiment_option_names() {
           "quick",
           "drive",
           "states",
+          "inputs",
           "prefill",
           "decode",
           "codec",
@@ -87,13 +88,17 @@ std::vector<std::string> experiment_option_names() {
 
 void reset_option(Options& o, const std::string& option) {
   const bool states_drive = o.drive && o.drive->kind == DriveKind::states;
-  if (option == "drive" || (option == "states" && states_drive))
+  const bool inputs_drive = o.drive && o.drive->kind == DriveKind::inputs;
+  if (option == "drive" || (option == "states" && states_drive) ||
+      (option == "inputs" && inputs_drive))
     o.drive.reset();
   else if (option == "trace")
     o.trace.clear();
-  else if (option != "states")
-    fail("reset_option: --{} has a value by default; only --drive, --states and --trace reset",
-         option);
+  else if (option != "states" && option != "inputs")
+    fail(
+        "reset_option: --{} has a value by default; only --drive, --states, --inputs and --trace "
+        "reset",
+        option);
 }
 
 void require_cuda_if_asked(const Options& o, const ExperimentEntry& e) {
@@ -122,6 +127,7 @@ struct OptionText {
   std::string device = "cpu";
   std::string drive;
   std::string states;
+  std::string inputs;
   std::string codec = "int8";
   std::string strategy = "extra_buffer";
   std::string temporal_dtype = "fp32";
@@ -150,9 +156,11 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   common("device", po::value(&t.device)->default_value(t.device),
          "cpu | cuda (CUDA paths next to the CPU reference)");
   common("drive", po::value(&t.drive),
-         "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm "
+         "seed-kda | init-gdn | init-kda | states | tinylm | inputs (default: by model family; tinylm "
          "implies --model data/tinylm/config.json in codec and chain)");
   common("states", po::value(&t.states), "states file for --drive states (safetensors or HDF5)");
+  common("inputs", po::value(&t.inputs),
+         "recurrence inputs file for --drive inputs (safetensors or HDF5, docs/real_models.md)");
   common("quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)");
   common("out", po::value(&o.out), "result file (.h5); suite: result directory (default results)");
   common("summary", po::value(&o.summary), "write the flat summary JSON here");
@@ -236,9 +244,11 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
   o.trace_bad_lines = choose<BadLines>("trace-bad-lines", t.trace_bad_lines,
                                        {{"reject", BadLines::reject}, {"skip", BadLines::skip}});
   if (drive_given)
-    o.drive = parse_drive(t.drive, t.states);
+    o.drive = parse_drive(t.drive, t.states, t.inputs);
   else if (!t.states.empty())
     fail("--states {} is given without --drive states", t.states);
+  else if (!t.inputs.empty())
+    fail("--inputs {} is given without --drive inputs", t.inputs);
 }
 
 // The ranges of the numbers and the input files.
@@ -284,6 +294,8 @@ void check_values(const Options& o) {
     fail("--max-running must be >= 0 (0: from the active pool), got {}", o.max_running);
   if (o.drive && o.drive->kind == DriveKind::states)
     check_input_file("--states", o.drive->states_file);
+  if (o.drive && o.drive->kind == DriveKind::inputs)
+    check_input_file("--inputs", o.drive->inputs_file);
   if (!o.trace.empty()) check_input_file("--trace", o.trace);
 }
 
@@ -339,6 +351,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   if (o.experiment.empty()) return cl;
   if (vm.count("drive") && t.drive.empty()) fail("--drive needs a name");
+  if (vm.count("inputs") && t.inputs.empty()) fail("--inputs needs a path");
   if (vm.count("out") && o.out.empty()) fail("--out needs a path");
   if (vm.count("summary") && o.summary.empty()) fail("--summary needs a path");
   if (vm.count("scale-dtype") && t.scale_dtype.empty())

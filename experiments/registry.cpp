@@ -42,14 +42,15 @@ std::vector<ExperimentEntry> make_registry() {
                         run_codec, true,
                         true,      K::state_numerics};
   codec.reads =
-      join({{"seed", "threads", "quick", "drive", "states", "prefill", "decode"}, dtypes});
+      join({{"seed", "threads", "quick", "drive", "states", "inputs", "prefill", "decode"}, dtypes});
 
   ExperimentEntry chain{
       "chain",   "state error after n chained checkpoints, with the no-contraction ablation",
       run_chain, true,
       true,      K::state_numerics};
   chain.reads = join(
-      {{"seed", "threads", "quick", "drive", "states", "codec", "chain-tokens", "chain-layers"},
+      {{"seed", "threads", "quick", "drive", "states", "inputs", "codec", "chain-tokens",
+        "chain-layers"},
        dtypes});
 
   ExperimentEntry memory{
@@ -105,9 +106,20 @@ std::vector<ExperimentEntry> make_registry() {
       "bench",   "speed of the reference, codecs and kernels against measured copy bandwidth",
       run_bench, true,
       true,      K::state_numerics};
-  bench.reads = join({{"seed", "quick"}, dtypes});
+  // --drive inputs: bench --device cpu times the reference on the file's first layer.
+  bench.reads = join({{"seed", "quick", "drive", "inputs"}, dtypes});
 
-  return {codec, chain, memory, capacity, firecount, replay, kl, bench};
+  // Not in the suite: it needs an inputs file with reference tensors (docs/real_models.md).
+  ExperimentEntry reference{"reference",
+                            "fp64 and fp32 references on an inputs file, against its stored "
+                            "reference outputs and final states",
+                            run_reference,
+                            false,
+                            false,
+                            K::state_numerics};
+  reference.reads = {"threads", "drive", "inputs"};
+
+  return {codec, chain, memory, capacity, firecount, replay, kl, bench, reference};
 }
 
 }  // namespace

@@ -147,6 +147,7 @@ int run_suite(const Options& base) {
     RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
     file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
     file.attr("/", "tp", static_cast<int64_t>(model.tp));
+    record_drive_file(o, file);
     Summary s;
     e.run(o, model, file, s);
     file.close();

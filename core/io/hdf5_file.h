@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,16 @@ using ShapeCheck = std::function<void(const std::string& name, const std::vector
 // filter this build lacks), or whatever `check` throws.
 FloatArray read_hdf5_array(const std::string& path, const std::string& name = "",
                            const ShapeCheck& check = nullptr);
+
+// Names of the datasets at the root of an HDF5 file, sorted. Throws statecheck::Error naming the
+// file when it is not a readable HDF5 file.
+std::vector<std::string> hdf5_root_dataset_names(const std::string& path);
+
+// The scalar attributes of the root group of an HDF5 file as text: strings (fixed or variable
+// length) as they are, integers in decimal, floats with 17 significant digits (they read back
+// exactly); attributes of other types or shapes are left out. Throws statecheck::Error naming
+// the file when it is not a readable HDF5 file.
+std::map<std::string, std::string> hdf5_root_attributes(const std::string& path);
 
 // Reads a numeric dataset of an HDF5 file as doubles (shape returned too). For tests and tools.
 std::vector<double> read_hdf5_doubles(const std::string& path, const std::string& dataset,
