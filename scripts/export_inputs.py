@@ -304,8 +304,6 @@ class Capture:
             setattr(pymod, attr, fn)
 
     def wrap(self, fn):
-        torch = self.torch
-
         def captured(*args, **kwargs):
             if self.inside or self.current is None:
                 return fn(*args, **kwargs)
