@@ -376,8 +376,9 @@ void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
       fail("chain: drive {} holds {} tokens per sequence; chain needs at least 128",
            source.drive_name(), limit);
     T = limit / 128 * 128;
-    fmt::print("chain: drive {} holds {} tokens per sequence: T = {} (--chain-tokens {} shortened)\n",
-               source.drive_name(), limit, T, o.chain_tokens);
+    fmt::print(
+        "chain: drive {} holds {} tokens per sequence: T = {} (--chain-tokens {} shortened)\n",
+        source.drive_name(), limit, T, o.chain_tokens);
   }
   std::vector<int> ns;
   for (int n = 1; n <= 128; n *= 2) ns.push_back(n);

@@ -314,8 +314,8 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     if (o.decode == 0) Td = std::max(1, std::min(Td, T / 4));
     if (o.prefill == 0) Tp = o.quick ? std::min(128, T - Td) : T - Td;
     if (Tp < 0 || Tp + Td > T)
-      fail("codec: prefill {} + decode {} tokens, but drive {} holds {} tokens per sequence",
-           Tp, Td, source.drive_name(), T);
+      fail("codec: prefill {} + decode {} tokens, but drive {} holds {} tokens per sequence", Tp,
+           Td, source.drive_name(), T);
   }
   const Dtype scale = o.scale_dtype_or_default();
   const std::vector<Codec> codecs = codec_experiment_codecs(scale);

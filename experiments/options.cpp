@@ -155,9 +155,10 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
          "seed of every random draw, an integer in [0, 2^64) (logged in results)");
   common("device", po::value(&t.device)->default_value(t.device),
          "cpu | cuda (CUDA paths next to the CPU reference)");
-  common("drive", po::value(&t.drive),
-         "seed-kda | init-gdn | init-kda | states | tinylm | inputs (default: by model family; tinylm "
-         "implies --model data/tinylm/config.json in codec and chain)");
+  common(
+      "drive", po::value(&t.drive),
+      "seed-kda | init-gdn | init-kda | states | tinylm | inputs (default: by model family; tinylm "
+      "implies --model data/tinylm/config.json in codec and chain)");
   common("states", po::value(&t.states), "states file for --drive states (safetensors or HDF5)");
   common("inputs", po::value(&t.inputs),
          "recurrence inputs file for --drive inputs (safetensors or HDF5, docs/real_models.md)");

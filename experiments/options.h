@@ -119,7 +119,8 @@ std::vector<std::string> experiment_option_names();
 
 // Sets the option `option` of `o` back to its default, for the suite's options of an experiment
 // that refuses it: --drive (no drive), --states (no drive, if it is 'states') or --trace (the
-// shipped one), the options with no value by default (and --inputs, like --states). Throws statecheck::Error for another name.
+// shipped one), the options with no value by default (and --inputs, like --states). Throws
+// statecheck::Error for another name.
 void reset_option(Options& o, const std::string& option);
 
 }  // namespace statecheck

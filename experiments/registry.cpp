@@ -37,21 +37,20 @@ std::vector<ExperimentEntry> make_registry() {
   const char* replay_pools = "replay sizes its pools from the memory budget, at equal memory";
 
   // --seed draws the synthetic drives and workloads (every result file records it all the same),
-  // --threads sets the CPU workers of codec, chain and kl; memory has no quick protocol.
+  // --threads sets the CPU workers of codec, chain, reference and kl; memory has no quick protocol.
   ExperimentEntry codec{"codec",   "round-trip and decode error of each state codec",
                         run_codec, true,
                         true,      K::state_numerics};
-  codec.reads =
-      join({{"seed", "threads", "quick", "drive", "states", "inputs", "prefill", "decode"}, dtypes});
+  codec.reads = join(
+      {{"seed", "threads", "quick", "drive", "states", "inputs", "prefill", "decode"}, dtypes});
 
   ExperimentEntry chain{
       "chain",   "state error after n chained checkpoints, with the no-contraction ablation",
       run_chain, true,
       true,      K::state_numerics};
-  chain.reads = join(
-      {{"seed", "threads", "quick", "drive", "states", "inputs", "codec", "chain-tokens",
-        "chain-layers"},
-       dtypes});
+  chain.reads = join({{"seed", "threads", "quick", "drive", "states", "inputs", "codec",
+                       "chain-tokens", "chain-layers"},
+                      dtypes});
 
   ExperimentEntry memory{
       "memory",

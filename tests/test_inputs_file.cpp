@@ -18,7 +18,9 @@
 #include "core/io/sha256.h"
 #include "core/io/summary.h"
 #include "experiments/experiment.h"
+#include "experiments/options.h"
 #include "tests/error_of.h"
+#include "tests/h5_read.h"
 #include "tests/small_models.h"
 #include "tests/temp_dir.h"
 
@@ -37,7 +39,10 @@ ModelConfig small_kda_model() {
       {"num_layers", 4},
       {"full_attention_layers", {1}},
       {"linear",
-       {{"num_key_heads", 2}, {"num_value_heads", 2}, {"head_k_dim", 8}, {"head_v_dim", 6},
+       {{"num_key_heads", 2},
+        {"num_value_heads", 2},
+        {"head_k_dim", 8},
+        {"head_v_dim", 6},
         {"conv_width", 4}}},
       {"full_attention", {{"kind", "mla"}, {"kv_lora_rank", 16}, {"rope_dim", 8}}}};
   return parse_model_config(j, "tiny-kda", 1);
@@ -74,8 +79,8 @@ Tensors synthetic_file(const ModelConfig& m, DriveKind kind, int N, int T, bool 
     t[fmt::format("layers.{}.q", i)] = tensor({uN, uT, H, dk}, q);
     t[fmt::format("layers.{}.k", i)] = tensor({uN, uT, H, dk}, k);
     t[fmt::format("layers.{}.v", i)] = tensor({uN, uT, HV, dv}, v);
-    t[fmt::format("layers.{}.g", i)] = s.gate == GateKind::gdn ? tensor({uN, uT, HV}, g)
-                                                                : tensor({uN, uT, HV, dk}, g);
+    t[fmt::format("layers.{}.g", i)] =
+        s.gate == GateKind::gdn ? tensor({uN, uT, HV}, g) : tensor({uN, uT, HV, dk}, g);
     t[fmt::format("layers.{}.beta", i)] = tensor({uN, uT, HV}, beta);
     if (initial) t[fmt::format("layers.{}.initial_state", i)] = tensor({uN, HV, dv, dk}, S0);
   }
@@ -182,7 +187,8 @@ TEST(InputsFile, ReadsBackEveryTensorAndTheMetadata) {
     for (int n = 0; n < 2; ++n) {
       const int i = m.linear_layers[l];
       const LayerInputs in = f.layer_inputs(n, l, 5);
-      const LayerInputs want = synthetic_inputs(DriveKind::init_kda, recurrence_shape(m), 7 + n, l, 9);
+      const LayerInputs want =
+          synthetic_inputs(DriveKind::init_kda, recurrence_shape(m), 7 + n, l, 9);
       for (size_t e = 0; e < in.q.size(); ++e) ASSERT_EQ(in.q[e], want.q[e]) << i << " " << n;
       for (size_t e = 0; e < in.g.size(); ++e) ASSERT_EQ(in.g[e], want.g[e]);
       for (size_t e = 0; e < in.beta.size(); ++e) ASSERT_EQ(in.beta[e], want.beta[e]);
@@ -280,8 +286,8 @@ TEST(InputsFile, CodecOnAFileReproducesTheSyntheticDriveItHolds) {
 TEST(InputsFile, CodecAndChainFitTheirProtocolIntoTheFile) {
   const TempDir dir("inputs_fit");
   const ModelConfig m = small_gdn_model(16, 12);
-  write_safetensors(dir.file("in.safetensors"), synthetic_file(m, DriveKind::init_gdn, 1, 300, false),
-                    metadata(m));
+  write_safetensors(dir.file("in.safetensors"),
+                    synthetic_file(m, DriveKind::init_gdn, 1, 300, false), metadata(m));
   Options o = inputs_options("codec", dir.file("in.safetensors"));
   o.quick = false;
   Summary s;
@@ -350,4 +356,60 @@ TEST(InputsFile, Sha256MatchesTheStandardVectors) {
     out << "abc";
   }
   EXPECT_EQ(file_sha256(path), sha256_hex("abc"));
+}
+
+// The command line: --drive inputs needs --inputs, and --inputs needs --drive inputs.
+TEST(InputsFile, CommandLineNeedsDriveAndFileTogether) {
+  const TempDir dir("inputs_cli");
+  const ModelConfig m = small_gdn_model(16, 12);
+  const std::string path = dir.file("in.safetensors");
+  write_safetensors(path, synthetic_file(m, DriveKind::init_gdn, 1, 4, false), metadata(m));
+  const CommandLine cl =
+      parse_command_line({"statecheck", "codec", "--drive", "inputs", "--inputs", path});
+  ASSERT_TRUE(cl.options.drive.has_value());
+  EXPECT_EQ(cl.options.drive->kind, DriveKind::inputs);
+  EXPECT_EQ(cl.options.drive->inputs_file, path);
+  EXPECT_NE(error_of([&] {
+              parse_command_line({"statecheck", "codec", "--drive", "inputs"});
+            }).find("drive 'inputs' needs --inputs FILE"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              parse_command_line({"statecheck", "codec", "--inputs", path});
+            }).find("--inputs " + path + " is given without --drive inputs"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              parse_command_line({"statecheck", "codec", "--drive", "init-gdn", "--inputs", path});
+            }).find("use --drive inputs"),
+            std::string::npos);
+}
+
+// A result file names the inputs file and its SHA-256 at the root.
+TEST(InputsFile, ResultFilesRecordTheFileAndItsDigest) {
+  const TempDir dir("inputs_digest");
+  const ModelConfig m = small_gdn_model(16, 12);
+  const std::string path = dir.file("in.safetensors"), model = dir.file("model.json");
+  write_safetensors(path, synthetic_file(m, DriveKind::init_gdn, 1, 160, false), metadata(m));
+  {
+    std::ofstream out(model);
+    out << nlohmann::json({{"model_type", "qwen3_next"},
+                           {"num_hidden_layers", 4},
+                           {"full_attention_interval", 4},
+                           {"linear_num_key_heads", 2},
+                           {"linear_num_value_heads", 4},
+                           {"linear_key_head_dim", 16},
+                           {"linear_value_head_dim", 12},
+                           {"num_key_value_heads", 1},
+                           {"head_dim", 64}})
+               .dump();
+  }
+  Options o = inputs_options("codec", path);
+  o.model = model;
+  o.out = dir.file("codec.h5");
+  ASSERT_EQ(run_experiment(o), 0);
+  bool found_file = false, found_digest = false;
+  EXPECT_EQ(test_support::read_h5_string_attr(o.out, "/", "inputs_file", &found_file), path);
+  EXPECT_EQ(test_support::read_h5_string_attr(o.out, "/", "inputs_sha256", &found_digest),
+            file_sha256(path));
+  EXPECT_TRUE(found_file && found_digest);
+  EXPECT_EQ(file_sha256(path).size(), 64u);
 }

@@ -55,8 +55,9 @@ TEST(InputsFixture, StatecheckReproducesTransformersOutputsAndFinalStates) {
   const double tol = f.tokens() * f.shape().dk * std::ldexp(1.0, -24);
   const double out = s.get("reference.file_vs_fp64.output_relerr_layer_max");
   const double state = s.get("reference.file_vs_fp64.final_state_relerr_layer_max");
-  std::printf("fixture: T %d, d_k %d: outputs %.3g, final states %.3g of tolerance %.3g (%.0f%%, %.0f%%)\n",
-              f.tokens(), f.shape().dk, out, state, tol, 100 * out / tol, 100 * state / tol);
+  std::printf(
+      "fixture: T %d, d_k %d: outputs %.3g, final states %.3g of tolerance %.3g (%.0f%%, %.0f%%)\n",
+      f.tokens(), f.shape().dk, out, state, tol, 100 * out / tol, 100 * state / tol);
   EXPECT_LT(out, tol);
   EXPECT_LT(state, tol);
   // Not vacuous: a state that moved, and outputs that are not all zero.

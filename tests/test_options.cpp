@@ -413,7 +413,7 @@ TEST(Options, UnreadOptionNotesNameEveryReader) {
             (std::vector<std::string>{
                 "--seed is not read by memory (it is read by codec, chain, bench, capacity and "
                 "firecount)",
-                "--threads is not read by memory (it is read by codec, chain and kl)",
+                "--threads is not read by memory (it is read by codec, chain, reference and kl)",
                 "--quick is not read by memory (it is read by codec, chain, bench, capacity, "
                 "firecount, replay and kl)"}));
   EXPECT_TRUE(unread_option_notes("kl", {"threads", "quick"}).empty());

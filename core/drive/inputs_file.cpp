@@ -31,8 +31,9 @@ std::string shape_str(const std::vector<size_t>& s) {
 // The tensor names a layer may hold, and whether each is required.
 const std::vector<std::pair<std::string, bool>>& layer_tensors() {
   static const std::vector<std::pair<std::string, bool>> names = {
-      {"q", true},  {"k", true},           {"v", true}, {"g", true}, {"beta", true},
-      {"initial_state", false}, {"o", false}, {"final_state", false}};
+      {"q", true},  {"k", true},           {"v", true},
+      {"g", true},  {"beta", true},        {"initial_state", false},
+      {"o", false}, {"final_state", false}};
   return names;
 }
 
@@ -66,8 +67,7 @@ bool parse_inputs_flag(const std::string& path, const std::string& key, const st
 float parse_inputs_scale(const std::string& path, const std::string& text) {
   char* end = nullptr;
   const double v = text.empty() ? NAN : std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || !(v > 0) ||
-      v > 1e6)
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || !(v > 0) || v > 1e6)
     fail("{}: metadata 'scale' must be a positive decimal (the readout scale), got '{}'", path,
          text);
   return static_cast<float>(v);
@@ -112,14 +112,16 @@ InputsFile::InputsFile(const std::string& path, const ModelConfig& m) : path_(pa
       fail("{}: tensor '{}' is not named layers.{{i}}.{{q,k,v,g,beta,initial_state,o,final_state}}",
            path, n);
     if (!linear.count(layer))
-      fail("{}: tensor '{}': layer {} is not a linear-attention layer of model {} (its linear "
-           "layers are {})",
-           path, n, layer, m.name, fmt::join(layers_, ", "));
+      fail(
+          "{}: tensor '{}': layer {} is not a linear-attention layer of model {} (its linear "
+          "layers are {})",
+          path, n, layer, m.name, fmt::join(layers_, ", "));
     const auto& known = layer_tensors();
     if (std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first == tail; }))
-      fail("{}: tensor '{}': unknown tensor '{}' (expected q, k, v, g, beta, initial_state, o, "
-           "final_state)",
-           path, n, tail);
+      fail(
+          "{}: tensor '{}': unknown tensor '{}' (expected q, k, v, g, beta, initial_state, o, "
+          "final_state)",
+          path, n, tail);
     present.insert(n);
   }
 
@@ -184,9 +186,10 @@ InputsFile::InputsFile(const std::string& path, const ModelConfig& m) : path_(pa
     fail("{}: some layers have an initial_state and others not; give it for every layer or none",
          path);
   if (any_ref && !all_ref)
-    fail("{}: some layers have reference tensors (o, final_state) and others not; give both for "
-         "every layer or none",
-         path);
+    fail(
+        "{}: some layers have reference tensors (o, final_state) and others not; give both for "
+        "every layer or none",
+        path);
   if (N > (1u << 20) || T > (1u << 24)) fail("{}: N = {} or T = {} is out of range", path, N, T);
   N_ = static_cast<int>(N);
   T_ = static_cast<int>(T);
@@ -235,8 +238,7 @@ LayerInputs InputsFile::layer_inputs(int n, int l, int T) const {
     if (in.g[i] > 0.0f) {
       const size_t t = i / gw, p = i % gw;
       fail("{}: tensor '{}': g = {} > 0 at [{}, {}, {}{}]: g is a log-space decay (<= 0)", path_,
-           tensor_name(layers_[l], "g"), in.g[i], n, t,
-           s.gate == GateKind::gdn ? p : p / s.dk,
+           tensor_name(layers_[l], "g"), in.g[i], n, t, s.gate == GateKind::gdn ? p : p / s.dk,
            s.gate == GateKind::gdn ? std::string() : fmt::format(", {}", p % s.dk));
     }
   for (size_t i = 0; i < in.beta.size(); ++i)

@@ -28,9 +28,11 @@ class StatesSource {
   static StatesSource resolve(const DriveSpec& drive, uint64_t seed, const ModelConfig& m,
                               const std::string& tinylm_config);
 
-  int count() const { return count_; }           // sequences (states) measured
-  bool has_prefill() const { return prefill_; }  // state built by a prefill (from zero, or from
-                                                 // the inputs file's initial state)
+  int count() const { return count_; }  // sequences (states) measured
+  bool has_prefill() const {
+    return prefill_;
+  }  // state built by a prefill (from zero, or from
+     // the inputs file's initial state)
   // Tokens each sequence holds: 0 for no limit (synthetic streams), the file's T for 'inputs'.
   int token_limit() const { return token_limit_; }
   // The recurrence shape of this source's inputs: recurrence_shape(m), except for 'inputs', whose
