@@ -69,9 +69,9 @@ void run_reference(const Options& o, const ModelConfig& m, H5Writer& file, Summa
     if (in.has_reference()) {
       const std::vector<float> o_file = in.reference_outputs(n, l);
       const std::vector<float> S_file = in.reference_final_state(n, l);
-      const bool moved = std::any_of(it.S64.begin(), it.S64.end(), [&](double v) {
-        return v != static_cast<double>(S0[&v - it.S64.data()]);
-      });
+      bool moved = false;
+      for (size_t e = 0; e < state_size && !moved; ++e)
+        moved = it.S64[e] != static_cast<double>(S0[e]);
       if (moved && std::memcmp(S_file.data(), S0.data(), state_size * sizeof(float)) == 0)
         fail(
             "{}: tensor 'layers.{}.final_state' of sequence {} equals its starting state bit for "
