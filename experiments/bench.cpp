@@ -60,6 +60,9 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   int T = o.quick ? 64 : 256;
   if (from_file) T = std::min(T, source.token_limit());
   const DriveKind drive = m.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda;
+  if (o.drive && !from_file && o.drive->kind != drive)
+    fmt::print("bench: times the {} drive's inputs; --drive {} applies to codec and chain\n",
+               drive_kind_name(drive), o.drive->name());
   const LayerInputs in =
       from_file ? source.layer_inputs(0, 0, T) : synthetic_inputs(drive, shape, o.seed, 0, T);
   std::vector<float> S(static_cast<size_t>(shape.HV) * shape.dv * shape.dk, 0.0f);
@@ -126,6 +129,10 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 
 void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   if (o.device == Device::cpu) return cpu_bench(o, m, file, summary);
+  if (o.drive && o.drive->kind == DriveKind::inputs)
+    fmt::print(
+        "bench: --device cuda times synthetic inputs of the model's shapes; --drive inputs "
+        "applies to --device cpu\n");
 #ifdef STATECHECK_HAVE_CUDA
   gpu_bench(o, m, file, summary);
 #else
