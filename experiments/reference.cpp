@@ -45,6 +45,8 @@ void run_reference(const Options& o, const ModelConfig& m, H5Writer& file, Summa
       "{:.6g}, reference tensors {}\n",
       m.name, m.tp, N, T, L, shape.qk_l2norm ? "L2-normalised in the recurrence" : "as given",
       shape.effective_scale(), in.has_reference() ? "present" : "absent");
+  fmt::print("reference: writes {:.3g} MB of fp64 outputs and states (meant for small configs)\n",
+             2.0 * 8 * N * L * (out_size + state_size) / 1e6);
 
   struct Item {
     std::vector<double> o64, S64;
