@@ -252,7 +252,10 @@ def check_family(family, a, torch, fla_fns, out_dir):
     sc_decode = sc["int8.decode_relerr"]
     decode = {"prefill": Tp, "decode": Td, "fla_fused_recurrent": fla_decode,
               "statecheck": sc_decode, "fla_2sf": sig2(fla_decode), "statecheck_2sf": sig2(sc_decode),
-              "agree_2sf": sig2(fla_decode) == sig2(sc_decode),
+              # Two figures, or within 0.1% where the two straddle a rounding boundary of the
+              # second figure (6.4499e-3 and 6.4501e-3 agree).
+              "agree_2sf": sig2(fla_decode) == sig2(sc_decode)
+              or abs(fla_decode - sc_decode) <= 1e-3 * sc_decode,
               "relative_difference": abs(fla_decode - sc_decode) / sc_decode}
     result = {"family": family, "inputs": inputs, "inputs_sha256": ex.file_sha256(inputs),
               "metadata": meta, "layers": layers, "sequences": a.sequences, "tokens": T,
