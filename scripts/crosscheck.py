@@ -14,6 +14,7 @@ recurrence), then
      with per-column fp32 scales, decode from both states) run through FLA's fused_recurrent and
      through statecheck on the same inputs: the two decode errors must agree to two significant
      figures;
+  (with --cuda, statecheck's CUDA kernels against its CPU reference in the same codec run;)
   4. the inplace_final_state trap: FLA's public fused_recurrent_kda called with
      inplace_final_state=True, recording whether the state passed in changed (upstream: it does
      not), and every state the check reads is refused when it equals its starting state.
@@ -33,7 +34,7 @@ Tolerances (relative Frobenius error ||x - ref|| / ||ref|| against statecheck's 
   FLA chunk on fp32 inputs: tol_tf32 = 4 x 2^-11: Triton's tl.dot on fp32 uses TF32 (11
     significant bits) unless told otherwise; the same four roundings.
 
-  crosscheck.py --statecheck BUILD/statecheck --out results/gpu/crosscheck.json
+  crosscheck.py --statecheck BUILD/statecheck --out results/gpu/crosscheck.json [--cuda]
   crosscheck.py --fixture tests/data/inputs [--statecheck BUILD/statecheck]
   crosscheck.py --self-test        (numpy only: the int8 codec, the metrics, the tolerances)
 """
@@ -235,9 +236,16 @@ def check_family(family, a, torch, fla_fns, out_dir):
     sc_json = os.path.join(work, "codec.json")
     run([a.statecheck, "codec", "--model", mj, "--drive", "inputs", "--inputs", inputs,
          "--prefill", str(Tp), "--decode", str(Td), "--out", os.path.join(work, "codec.h5"),
-         "--summary", sc_json])
+         "--summary", sc_json] + (["--device", "cuda"] if a.cuda else []))
     with open(sc_json) as f:
         sc = json.load(f)
+    if a.cuda:
+        # statecheck's CUDA pool kernels (bf16 q/k/v and outputs, fp32 state) against its CPU fp32
+        # reference on the same inputs: a bf16 path.
+        row("statecheck CUDA", "statecheck fp32 CPU", "prefill states",
+            sc["cuda.prefill_state_relerr_vs_cpu"], TOL16, "tol16")
+        row("statecheck CUDA", "statecheck fp32 CPU", "decode outputs",
+            sc["cuda.decode_output_relerr_vs_cpu"], TOL16, "tol16")
     err2 = ref2 = 0.0
     for i in layers:
         S0 = t.get(f"layers.{i}.initial_state", np.zeros_like(t[f"layers.{i}.final_state"]))
@@ -304,6 +312,8 @@ def main(argv=None):
     p.add_argument("--decode", type=int, default=64)
     p.add_argument("--sequences", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cuda", action="store_true",
+                   help="also run statecheck's CUDA path (codec --device cuda; a CUDA build)")
     a = p.parse_args(argv)
     try:
         if a.self_test:
