@@ -13,6 +13,7 @@
 
 #include "core/codec/codec.h"
 #include "core/drive/drive.h"
+#include "core/drive/states_source.h"
 #include "core/recurrence/gated_delta.h"
 #include "core/util/error.h"
 #include "experiments/cpu_peak.h"
@@ -48,7 +49,11 @@ struct BenchRow {
 };
 
 void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  const RecurrenceShape shape = recurrence_shape(m);
+  // --drive inputs: the file's first linear layer of its first sequence (its own shape flags);
+  // otherwise the family's synthetic drive.
+  const bool from_file = o.drive && o.drive->kind == DriveKind::inputs;
+  const StatesSource source = from_file ? options_states_source(o, m) : StatesSource();
+  const RecurrenceShape shape = from_file ? source.shape() : recurrence_shape(m);
   const int repeats = o.quick ? 3 : 7;
   std::vector<BenchRow> rows;
 
@@ -62,9 +67,14 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   const double peak_gflops = measure_fma_peak_gflops(repeats, o.quick ? 0.05 : 0.2);
 
   // Reference recurrence: all heads of one layer of the model, T tokens, one core.
-  const int T = o.quick ? 64 : 256;
+  int T = o.quick ? 64 : 256;
+  if (from_file) T = std::min(T, source.token_limit());
   const DriveKind drive = m.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda;
-  const LayerInputs in = synthetic_inputs(drive, shape, o.seed, 0, T);
+  if (o.drive && !from_file && o.drive->kind != drive)
+    fmt::print("bench: times the {} drive's inputs; --drive {} applies to codec and chain\n",
+               drive_kind_name(drive), o.drive->name());
+  const LayerInputs in =
+      from_file ? source.layer_inputs(0, 0, T) : synthetic_inputs(drive, shape, o.seed, 0, T);
   std::vector<float> S(static_cast<size_t>(shape.HV) * shape.dv * shape.dk, 0.0f);
   // 6 d_k d_v flops per head and token on a [d_v, d_k] state that stays in the core's caches:
   // compute-bound, so its figure is GFLOP/s against the FMA peak, not a fraction of copy.
@@ -134,6 +144,7 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   file.group(g);
   file.attr(g, "device", std::string("cpu, one core"));
   file.attr(g, "fma_peak_isa", std::string(fma_peak_isa()));
+  file.attr(g, "drive", from_file ? source.drive_name() : std::string(drive_kind_name(drive)));
   file.write_scalar(g + "/copy_gbps", copy_gbps, "GB/s",
                     "memcpy bandwidth of one core, bytes read + written / time");
   file.write_scalar(
@@ -181,6 +192,10 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 
 void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   if (o.device == Device::cpu) return cpu_bench(o, m, file, summary);
+  if (o.drive && o.drive->kind == DriveKind::inputs)
+    fmt::print(
+        "bench: --device cuda times synthetic inputs of the model's shapes; --drive inputs "
+        "applies to --device cpu\n");
 #ifdef STATECHECK_HAVE_CUDA
   gpu_bench(o, m, file, summary);
 #else

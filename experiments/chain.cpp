@@ -377,9 +377,19 @@ void record_chain(const ChainMeasurement& r, const StatesSource& source, const C
 
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   const StatesSource source = options_states_source(o, m);
-  const RecurrenceShape shape = recurrence_shape(m);
+  const RecurrenceShape shape = source.shape();
   const Codec codec = o.codec;
-  const int T = o.chain_tokens;
+  int T = o.chain_tokens;
+  if (const int limit = source.token_limit(); limit > 0 && T > limit) {
+    // A file of fewer tokens: the longest multiple of 128 it holds (n goes up to 128).
+    if (limit < 128)
+      fail("chain: drive {} holds {} tokens per sequence; chain needs at least 128",
+           source.drive_name(), limit);
+    T = limit / 128 * 128;
+    fmt::print(
+        "chain: drive {} holds {} tokens per sequence: T = {} (--chain-tokens {} shortened)\n",
+        source.drive_name(), limit, T, o.chain_tokens);
+  }
   std::vector<int> ns;
   for (int n = 1; n <= 128; n *= 2) ns.push_back(n);
   for (int n : ns)

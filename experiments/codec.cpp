@@ -308,13 +308,22 @@ void record_codec(const CodecMeasurement& r, const ModelConfig& m, const StatesS
 
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   const StatesSource source = options_states_source(o, m);
-  const RecurrenceShape shape = recurrence_shape(m);
+  const RecurrenceShape shape = source.shape();
   const int L = m.linear_layer_count(), HV = shape.HV, dv = shape.dv, dk = shape.dk;
-  const int Tp = source.has_prefill() ? (o.prefill > 0 ? o.prefill : (o.quick ? 128 : 512)) : 0;
+  int Tp = source.has_prefill() ? (o.prefill > 0 ? o.prefill : (o.quick ? 128 : 512)) : 0;
   if (o.prefill > 0 && !source.has_prefill())
     fmt::print("codec: --prefill {} is not used: drive {} starts from its own states\n", o.prefill,
                source.drive_name());
-  const int Td = o.decode > 0 ? o.decode : (o.quick ? 32 : 128);
+  int Td = o.decode > 0 ? o.decode : (o.quick ? 32 : 128);
+  if (const int T = source.token_limit(); T > 0) {
+    // A file of T tokens: the defaults take a quarter of it (at most the default) for the decode
+    // and the rest for the prefill (quick: at most 128), so that every token of it is used.
+    if (o.decode == 0) Td = std::max(1, std::min(Td, T / 4));
+    if (o.prefill == 0) Tp = o.quick ? std::min(128, T - Td) : T - Td;
+    if (Tp < 0 || Tp + Td > T)
+      fail("codec: prefill {} + decode {} tokens, but drive {} holds {} tokens per sequence", Tp,
+           Td, source.drive_name(), T);
+  }
   const Dtype scale = o.scale_dtype_or_default();
   const std::vector<Codec> codecs = codec_experiment_codecs(scale);
   const bool cuda = o.device == Device::cuda;

@@ -10,6 +10,7 @@
 #include "core/drive/drive.h"
 #include "core/drive/states_source.h"
 #include "core/io/run_info.h"
+#include "core/io/sha256.h"
 #include "core/tinylm/tinylm.h"
 #include "core/util/error.h"
 #include "experiments/experiment.h"
@@ -36,6 +37,8 @@ std::vector<InputPath> run_inputs(const Options& o) {
   std::vector<InputPath> in;
   if (o.drive && o.drive->kind == DriveKind::states)
     in.push_back({"--states", o.drive->states_file});
+  if (o.drive && o.drive->kind == DriveKind::inputs)
+    in.push_back({"--inputs", o.drive->inputs_file});
   if (!o.trace.empty()) in.push_back({"--trace", o.trace});
   std::error_code ec;
   if (std::filesystem::is_regular_file(o.model, ec)) in.push_back({"--model", o.model});
@@ -70,6 +73,17 @@ void check_run_outputs(const Options& o, const std::vector<std::string>& outs) {
       fail("{} {}: is inside the data directory {} (shipped inputs); write results elsewhere",
            option, path, data.string());
   }
+}
+
+void record_drive_file(const Options& o, H5Writer& file) {
+  if (!o.drive) return;
+  const std::string* path = o.drive->kind == DriveKind::inputs   ? &o.drive->inputs_file
+                            : o.drive->kind == DriveKind::states ? &o.drive->states_file
+                                                                 : nullptr;
+  if (!path) return;
+  const std::string prefix = o.drive->kind == DriveKind::inputs ? "inputs" : "states";
+  file.attr("/", prefix + "_file", *path);
+  file.attr("/", prefix + "_sha256", file_sha256(*path));
 }
 
 void check_drive_option(const Options& o, const ModelConfig& m) {
@@ -163,6 +177,7 @@ int run_experiment(const Options& o) {
   info.write_to(file);
   file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
   file.attr("/", "tp", static_cast<int64_t>(model.tp));
+  record_drive_file(o, file);
   Summary measured;
   it->run(o, model, file, measured);
   const Summary summary = with_experiment_prefix(o.experiment, measured);

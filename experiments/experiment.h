@@ -41,6 +41,12 @@ std::vector<InputPath> run_inputs(const Options& o);
 // runs read without naming them. Throws statecheck::Error naming the option and path.
 void check_run_outputs(const Options& o, const std::vector<std::string>& outs);
 
+// Records the file of a file-backed drive at the root of a result file: attributes inputs_file and
+// inputs_sha256 (drive 'inputs') or states_file and states_sha256 (drive 'states'), the digest
+// over the file's bytes (core/io/sha256.h). Nothing for other drives. Throws when the file
+// cannot be read.
+void record_drive_file(const Options& o, H5Writer& file);
+
 // Refuses a --drive whose gate kind does not match the model (check_drive_matches_model), for
 // every experiment, including those that do not read the drive.
 void check_drive_option(const Options& o, const ModelConfig& m);
@@ -104,6 +110,9 @@ const std::vector<ExperimentEntry>& experiment_registry();
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_chain(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
+// statecheck's references on an inputs file against its stored reference tensors
+// (experiments/reference.cpp); needs --drive inputs.
+void run_reference(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);
 // Logit-level KL of the tiny language model after a state codec round trip (experiments/kl.cpp);
 // ignores `m` and uses the tiny model (data/tinylm, or the tiny-model config given with --model).
 void run_kl(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary);

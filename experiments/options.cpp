@@ -100,7 +100,7 @@ uint64_t parse_seed(const std::string& text) {
 std::vector<std::string> experiment_option_names() {
   return {
       "seed",           "threads",         "quick",           "drive",        "states",
-      "states-key",     "prefill",         "decode",          "codec",        "chain-tokens",
+      "states-key",     "inputs",     "prefill",         "decode",          "codec",        "chain-tokens",
       "chain-layers",   "trace",           "trace-bad-lines", "active-slots", "ckpt-slots",
       "strategy",       "temporal-dtype",  "scale-dtype",     "conv-dtype",   "gpu-mem-gib",
       "mem-fraction",   "weights-gib",     "compare-shipped", "no-payload",   "chunk-granularity",
@@ -109,13 +109,17 @@ std::vector<std::string> experiment_option_names() {
 
 void reset_option(Options& o, const std::string& option) {
   const bool states_drive = o.drive && o.drive->kind == DriveKind::states;
-  if (option == "drive" || (option == "states" && states_drive))
+  const bool inputs_drive = o.drive && o.drive->kind == DriveKind::inputs;
+  if (option == "drive" || (option == "states" && states_drive) ||
+      (option == "inputs" && inputs_drive))
     o.drive.reset();
   else if (option == "trace")
     o.trace.clear();
-  else if (option != "states")
-    fail("reset_option: --{} has a value by default; only --drive, --states and --trace reset",
-         option);
+  else if (option != "states" && option != "inputs")
+    fail(
+        "reset_option: --{} has a value by default; only --drive, --states, --inputs and --trace "
+        "reset",
+        option);
 }
 
 void require_cuda_if_asked(const Options& o, const ExperimentEntry& e) {
@@ -145,6 +149,7 @@ struct OptionText {
   std::string drive;
   std::string states;
   std::string states_key;
+  std::string inputs;
   std::string codec = "int8";
   std::string strategy = "extra_buffer";
   std::string temporal_dtype = "fp32";
@@ -176,7 +181,7 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   common("device", po::value(&t.device)->default_value(t.device),
          "cpu | cuda (CUDA paths next to the CPU reference)");
   common("drive", po::value(&t.drive),
-         "seed-kda | init-gdn | init-kda | states | tinylm (default: by model family; tinylm "
+         "seed-kda | init-gdn | init-kda | states | tinylm | inputs (default: by model family; tinylm "
          "implies --model data/tinylm/config.json in codec and chain)");
   common("states", po::value(&t.states),
          "states file for --drive states (safetensors or HDF5): one tensor [L, HV, d_v, d_k] or "
@@ -185,6 +190,8 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
          "--drive states: the tensor to read, or a per-layer pattern with {i} for the layer "
          "index, e.g. 'layers.{i}.ssm_state' (default: 'state', the only tensor, or the one "
          "pattern naming a tensor per linear-attention layer)");
+  common("inputs", po::value(&t.inputs),
+         "recurrence inputs file for --drive inputs (safetensors or HDF5, docs/real_models.md)");
   common("quick", po::bool_switch(&o.quick), "CI-sized protocol (seconds on 2 cores)");
   common("out", po::value(&o.out),
          "result file (.h5; default results/runs/<experiment>-<UTC time>.h5); suite: result "
@@ -311,7 +318,7 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
   o.policies = parse_policy_list(t.policy);
   o.k_list = parse_k_list(t.k_list);
   if (drive_given)
-    o.drive = parse_drive(t.drive, t.states);
+    o.drive = parse_drive(t.drive, t.states, t.inputs);
   else if (!t.states.empty())
     fail("--states {} is given without --drive states", t.states);
   if (!t.states_key.empty()) {
@@ -322,6 +329,8 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
       fail("--states-key {}: the pattern may hold '{{i}}' once", t.states_key);
     o.drive->states_key = t.states_key;
   }
+  if (!t.inputs.empty() && (!o.drive || o.drive->kind != DriveKind::inputs))
+    fail("--inputs {} is given without --drive inputs", t.inputs);
 }
 
 // The ranges of the numbers and the input files.
@@ -367,6 +376,8 @@ void check_values(const Options& o) {
     fail("--max-running must be >= 0 (0: from the active pool), got {}", o.max_running);
   if (o.drive && o.drive->kind == DriveKind::states)
     check_input_file("--states", o.drive->states_file);
+  if (o.drive && o.drive->kind == DriveKind::inputs)
+    check_input_file("--inputs", o.drive->inputs_file);
   if (!o.trace.empty()) check_input_file("--trace", o.trace);
 }
 
@@ -423,6 +434,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (o.experiment.empty()) return cl;
   if (vm.count("drive") && t.drive.empty()) fail("--drive needs a name");
   if (vm.count("states-key") && t.states_key.empty()) fail("--states-key needs a name or pattern");
+  if (vm.count("inputs") && t.inputs.empty()) fail("--inputs needs a path");
   if (vm.count("out") && o.out.empty()) fail("--out needs a path");
   if (vm.count("summary") && o.summary.empty()) fail("--summary needs a path");
   if (vm.count("ckpt-slots") && o.ckpt_slots == 0)

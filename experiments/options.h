@@ -36,7 +36,8 @@ struct Options {
   int tp = 0;                // 0: the model's default_tp
   uint64_t seed = 0;
   Device device = Device::cpu;
-  // --drive, with --states FILE for 'states' (DriveSpec::states_file); none: default_drive(model).
+  // --drive, with --states FILE for 'states' (DriveSpec::states_file) and --inputs FILE for
+  // 'inputs' (DriveSpec::inputs_file); none: default_drive(model).
   std::optional<DriveSpec> drive;
   bool quick = false;
   // Result file; empty: results/runs/<experiment>-<run_stamp>.h5, so that a single run never
@@ -143,7 +144,8 @@ std::vector<std::string> experiment_option_names();
 
 // Sets the option `option` of `o` back to its default, for the suite's options of an experiment
 // that refuses it: --drive (no drive), --states (no drive, if it is 'states') or --trace (the
-// shipped one), the options with no value by default. Throws statecheck::Error for another name.
+// shipped one), the options with no value by default (and --inputs, like --states). Throws
+// statecheck::Error for another name.
 void reset_option(Options& o, const std::string& option);
 
 }  // namespace statecheck

@@ -37,18 +37,18 @@ std::vector<ExperimentEntry> make_registry() {
   const char* replay_pools = "replay sizes its pools from the memory budget, at equal memory";
 
   // --seed draws the synthetic drives and workloads (every result file records it all the same),
-  // --threads sets the CPU workers of codec, chain and kl; memory has no quick protocol.
+  // --threads sets the CPU workers of codec, chain, reference and kl; memory has no quick protocol.
   ExperimentEntry codec{"codec",   "round-trip and decode error of each state codec",
                         run_codec, true,
                         true,      K::state_numerics};
   codec.reads = join(
-      {{"seed", "threads", "quick", "drive", "states", "states-key", "prefill", "decode"}, dtypes});
+      {{"seed", "threads", "quick", "drive", "states", "states-key", "inputs", "prefill", "decode"}, dtypes});
 
   ExperimentEntry chain{
       "chain",   "state error after n chained checkpoints, with the no-contraction ablation",
       run_chain, true,
       true,      K::state_numerics};
-  chain.reads = join({{"seed", "threads", "quick", "drive", "states", "states-key", "codec",
+  chain.reads = join({{"seed", "threads", "quick", "drive", "states", "states-key", "inputs", "codec",
                        "chain-tokens", "chain-layers"},
                       dtypes});
 
@@ -118,9 +118,20 @@ std::vector<ExperimentEntry> make_registry() {
       "bench",   "speed of the reference, codecs and kernels against measured copy bandwidth",
       run_bench, true,
       true,      K::state_numerics};
-  bench.reads = join({{"seed", "quick"}, dtypes});
+  // --drive inputs: bench --device cpu times the reference on the file's first layer.
+  bench.reads = join({{"seed", "quick", "drive", "inputs"}, dtypes});
 
-  return {codec, chain, memory, capacity, firecount, replay, kl, inloop, bench};
+  // Not in the suite: it needs an inputs file with reference tensors (docs/real_models.md).
+  ExperimentEntry reference{"reference",
+                            "fp64 and fp32 references on an inputs file, against its stored "
+                            "reference outputs and final states",
+                            run_reference,
+                            false,
+                            false,
+                            K::state_numerics};
+  reference.reads = {"threads", "drive", "inputs"};
+
+  return {codec, chain, memory, capacity, firecount, replay, kl, inloop, bench, reference};
 }
 
 }  // namespace

@@ -159,6 +159,7 @@ int run_suite(const Options& base) {
     RunInfo::collect(o.command_line, o.seed, model.name).write_to(file);
     file.attr("/", "quick", static_cast<int64_t>(o.quick ? 1 : 0));
     file.attr("/", "tp", static_cast<int64_t>(model.tp));
+    record_drive_file(o, file);
     Summary measured;
     e.run(o, model, file, measured);
     const Summary s = with_experiment_prefix(e.name, measured);

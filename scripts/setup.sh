@@ -12,6 +12,7 @@ packages=(
   libgtest-dev                   # tests
   nlohmann-json3-dev             # configs, safetensors headers, summaries
   libfmt-dev                     # formatting
+  libssl-dev                     # SHA-256 of input files (OpenSSL libcrypto)
   python3 python3-matplotlib python3-h5py python3-numpy   # plots (Debian's /usr/bin/python3)
   clang-format
 )

@@ -21,6 +21,8 @@ const char* drive_kind_name(DriveKind k) {
       return "states";
     case DriveKind::tinylm:
       return "tinylm";
+    case DriveKind::inputs:
+      return "inputs";
   }
   return "?";
 }
@@ -30,12 +32,13 @@ std::string DriveSpec::name() const {
 }
 
 DriveKind DriveSpec::token_drive(const ModelConfig& m) const {
-  if (kind == DriveKind::states || kind == DriveKind::tinylm)
+  if (kind == DriveKind::states || kind == DriveKind::tinylm || kind == DriveKind::inputs)
     return m.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::init_kda;
   return kind;
 }
 
-DriveSpec parse_drive(const std::string& name, const std::string& states_file) {
+DriveSpec parse_drive(const std::string& name, const std::string& states_file,
+                      const std::string& inputs_file) {
   DriveSpec d;
   if (name == "seed-kda")
     d.kind = DriveKind::seed_kda;
@@ -47,13 +50,23 @@ DriveSpec parse_drive(const std::string& name, const std::string& states_file) {
     d.kind = DriveKind::states;
   else if (name == "tinylm")
     d.kind = DriveKind::tinylm;
+  else if (name == "inputs")
+    d.kind = DriveKind::inputs;
   else
-    fail("unknown drive '{}' (expected seed-kda, init-gdn, init-kda, states, tinylm)", name);
+    fail("unknown drive '{}' (expected seed-kda, init-gdn, init-kda, states, tinylm, inputs)",
+         name);
   if (d.kind == DriveKind::states) {
     if (states_file.empty()) fail("drive 'states' needs --states FILE (safetensors or HDF5)");
     d.states_file = states_file;
   } else if (!states_file.empty()) {
     fail("--states {} is given but the drive is '{}' (use --drive states)", states_file, name);
+  }
+  if (d.kind == DriveKind::inputs) {
+    if (inputs_file.empty())
+      fail("drive 'inputs' needs --inputs FILE (safetensors or HDF5, docs/real_models.md)");
+    d.inputs_file = inputs_file;
+  } else if (!inputs_file.empty()) {
+    fail("--inputs {} is given but the drive is '{}' (use --drive inputs)", inputs_file, name);
   }
   return d;
 }

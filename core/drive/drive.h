@@ -12,6 +12,8 @@
 //   states     states supplied in a file (core/io/states_file.h); the tokens that extend them
 //              come from the model family's init drive.
 //   tinylm     states of the shipped tiny language model over its held-out text.
+//   inputs     recurrence inputs of a real model's layers read from a file (core/drive/
+//              inputs_file.h): its sequences, its tokens, its initial states.
 // Every synthetic stream is a pure function of (seed, layer): layers can be generated in any
 // order or in parallel and give the same numbers.
 #pragma once
@@ -24,7 +26,7 @@
 
 namespace statecheck {
 
-enum class DriveKind { seed_kda, init_gdn, init_kda, states, tinylm };
+enum class DriveKind { seed_kda, init_gdn, init_kda, states, tinylm, inputs };
 
 struct DriveSpec {
   DriveKind kind = DriveKind::init_gdn;
@@ -32,6 +34,7 @@ struct DriveSpec {
   // drive 'states': the tensor name or per-layer pattern with "{i}" (--states-key; "": the rules
   // of core/drive/states_file.h)
   std::string states_key;
+  std::string inputs_file;  // drive 'inputs' only
 
   std::string name() const;
   // The synthetic drive that generates tokens (for 'states' and 'tinylm' continuations: the
@@ -39,15 +42,18 @@ struct DriveSpec {
   DriveKind token_drive(const ModelConfig& m) const;
 };
 
-// Parses a drive name ("seed-kda", "init-gdn", "init-kda", "states", "tinylm"); 'states' needs a
-// file. Throws statecheck::Error on an unknown name or a missing file argument.
-DriveSpec parse_drive(const std::string& name, const std::string& states_file);
+// Parses a drive name ("seed-kda", "init-gdn", "init-kda", "states", "tinylm", "inputs"); 'states'
+// needs `states_file`, 'inputs' needs `inputs_file`. Throws statecheck::Error on an unknown name,
+// a missing file argument, or a file given to a drive that does not read it.
+DriveSpec parse_drive(const std::string& name, const std::string& states_file,
+                      const std::string& inputs_file = "");
 
 // The drive used when none is given: init-gdn for GDN models, seed-kda for KDA models.
 DriveSpec default_drive(const ModelConfig& m);
 
 // Throws statecheck::Error when the drive's gate kind does not match the model family (a KDA drive
-// on a GDN model or the reverse).
+// on a GDN model or the reverse). The 'inputs' drive's gate kind is checked when its file is
+// opened (core/drive/inputs_file.h).
 void check_drive_matches_model(const DriveSpec& d, const ModelConfig& m);
 
 // A drawn beta (U(0, 1) or a sigmoid, in double) rounded to fp32 and kept inside the open interval

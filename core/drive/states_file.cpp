@@ -14,7 +14,6 @@
 
 namespace statecheck {
 
-namespace {
 // The HDF5 signature sits at byte 0, or after a user block at 512, 1024, 2048, ... (HDF5 file
 // format specification, "Format Signature"; MATLAB v7.3 and PyTables files have a user block).
 bool has_hdf5_signature(const std::string& path) {
@@ -29,6 +28,7 @@ bool has_hdf5_signature(const std::string& path) {
   return false;
 }
 
+namespace {
 std::string shape_str(const std::vector<size_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);

@@ -20,6 +20,10 @@
 
 namespace statecheck {
 
+// Whether `path` holds the HDF5 signature at byte 0 or after a user block at 512 * 2^k (HDF5 file
+// format specification, "Format Signature"); files without it are read as safetensors.
+bool has_hdf5_signature(const std::string& path);
+
 // Reads the states of `path` (format by content: the HDF5 signature at byte 0 or after a user
 // block at 512 * 2^k, else safetensors) and checks their shape against the model at its TP shard:
 // L == linear layers, HV == value heads per shard, d_v, d_k. `key`: a tensor name, a pattern with

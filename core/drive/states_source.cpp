@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/drive/inputs_file.h"
 #include "core/drive/states_file.h"
 #include "core/drive/tinylm_drive.h"
 #include "core/util/error.h"
@@ -22,6 +23,7 @@ StatesSource StatesSource::resolve(const DriveSpec& drive, uint64_t seed, const 
   check_drive_matches_model(s.drive_, m);
   s.name_ = s.drive_.name();
   const RecurrenceShape shape = recurrence_shape(m);
+  s.shape_ = shape;
   const DriveKind token_kind = s.drive_.token_drive(m);
   s.inputs_ = [shape, token_kind, seed](int n, int layer, int T) {
     return synthetic_inputs(token_kind, shape, sequence_seed(seed, n), layer, T);
@@ -65,6 +67,17 @@ StatesSource StatesSource::resolve(const DriveSpec& drive, uint64_t seed, const 
       s.name_ = "tinylm:" + lm->config().name;
       s.initial_ = [lm](int n, int layer) { return lm->initial_layer_state(n, layer); };
       s.inputs_ = [lm](int n, int layer, int T) { return lm->layer_inputs(n, layer, T); };
+      break;
+    }
+    case DriveKind::inputs: {
+      auto file = std::make_shared<InputsFile>(s.drive_.inputs_file, m);
+      s.count_ = file->count();
+      s.prefill_ = true;
+      s.token_limit_ = file->tokens();
+      s.shape_ = file->shape();
+      s.name_ = "inputs:" + s.drive_.inputs_file;
+      s.initial_ = [file](int n, int layer) { return file->initial_layer_state(n, layer); };
+      s.inputs_ = [file](int n, int layer, int T) { return file->layer_inputs(n, layer, T); };
       break;
     }
   }

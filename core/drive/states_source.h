@@ -2,7 +2,9 @@
 // a drive (docs/experiments.md, "Drives"):
 //   synthetic drives: one sequence; the state is built by a prefill from zero over drive tokens;
 //   'states': N states read from the file, extended by tokens of the model family's init drive;
-//   'tinylm': states and layer inputs of the shipped tiny language model on its held-out text.
+//   'tinylm': states and layer inputs of the shipped tiny language model on its held-out text;
+//   'inputs': N sequences of a real model's recurrence inputs from a file, each starting from the
+//   file's initial state (or zero), the state built by a prefill over the file's first tokens.
 #pragma once
 
 #include <functional>
@@ -26,8 +28,16 @@ class StatesSource {
   static StatesSource resolve(const DriveSpec& drive, uint64_t seed, const ModelConfig& m,
                               const std::string& tinylm_config);
 
-  int count() const { return count_; }           // sequences (states) measured
-  bool has_prefill() const { return prefill_; }  // state built by a prefill from zero
+  int count() const { return count_; }  // sequences (states) measured
+  bool has_prefill() const {
+    return prefill_;
+  }  // state built by a prefill (from zero, or from
+     // the inputs file's initial state)
+  // Tokens each sequence holds: 0 for no limit (synthetic streams), the file's T for 'inputs'.
+  int token_limit() const { return token_limit_; }
+  // The recurrence shape of this source's inputs: recurrence_shape(m), except for 'inputs', whose
+  // file says whether q and k are already L2-normalised and gives the readout scale.
+  const RecurrenceShape& shape() const { return shape_; }
   const std::string& drive_name() const { return name_; }
   const DriveSpec& drive() const { return drive_; }
 
@@ -46,6 +56,8 @@ class StatesSource {
  private:
   int count_ = 1;
   bool prefill_ = true;
+  int token_limit_ = 0;
+  RecurrenceShape shape_;
   std::string name_;
   DriveSpec drive_;
   std::function<LayerInputs(int, int, int)> inputs_;

@@ -455,6 +455,61 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
   return out;
 }
 
+namespace {
+
+struct RootAttributes {
+  std::map<std::string, std::string> values;
+};
+
+herr_t collect_attribute(hid_t obj, const char* name, const H5A_info_t*, void* data) {
+  auto& out = static_cast<RootAttributes*>(data)->values;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) return 0;
+  hid_t space = H5Aget_space(a), type = H5Aget_type(a);
+  const bool scalar = H5Sget_simple_extent_npoints(space) == 1;
+  const H5T_class_t cls = H5Tget_class(type);
+  if (scalar && cls == H5T_STRING) {
+    H5Tclose(type);
+    H5Sclose(space);
+    H5Aclose(a);
+    out[name] = read_string_attr(obj, name);
+    return 0;
+  }
+  if (scalar && cls == H5T_INTEGER) {
+    long long v = 0;
+    if (H5Aread(a, H5T_NATIVE_LLONG, &v) >= 0) out[name] = std::to_string(v);
+  } else if (scalar && cls == H5T_FLOAT) {
+    double v = 0;
+    if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) >= 0) out[name] = fmt::format("{:.17g}", v);
+  }
+  H5Tclose(type);
+  H5Sclose(space);
+  H5Aclose(a);
+  return 0;
+}
+
+hid_t open_hdf5_for_reading(const std::string& path) {
+  if (!std::filesystem::exists(path)) fail("{}: no such file", path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) fail("{}: not an HDF5 file", path);
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) fail("{}: cannot open HDF5 file (truncated or damaged?)", path);
+  return file;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> hdf5_root_attributes(const std::string& path) {
+  hid_t file = open_hdf5_for_reading(path);
+  RootAttributes found;
+  hid_t root = H5Gopen2(file, "/", H5P_DEFAULT);
+  if (root >= 0) {
+    H5Aiterate2(root, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, collect_attribute, &found);
+    H5Gclose(root);
+  }
+  H5Fclose(file);
+  return found.values;
+}
+
 std::vector<double> read_hdf5_doubles(const std::string& path, const std::string& dataset,
                                       std::vector<size_t>* shape) {
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);

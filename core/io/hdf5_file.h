@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,12 @@ std::vector<std::string> hdf5_dataset_names(const std::string& path);
 // Whether `name` (a path such as "layers/3/ssm_state") is a dataset of the HDF5 file `path`; false
 // for a missing file, a non-HDF5 file or a missing group on the way.
 bool hdf5_has_dataset(const std::string& path, const std::string& name);
+
+// The scalar attributes of the root group of an HDF5 file as text: strings (fixed or variable
+// length) as they are, integers in decimal, floats with 17 significant digits (they read back
+// exactly); attributes of other types or shapes are left out. Throws statecheck::Error naming
+// the file when it is not a readable HDF5 file.
+std::map<std::string, std::string> hdf5_root_attributes(const std::string& path);
 
 // Reads a numeric dataset of an HDF5 file as doubles (shape returned too). For tests and tools.
 std::vector<double> read_hdf5_doubles(const std::string& path, const std::string& dataset,

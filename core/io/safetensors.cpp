@@ -73,6 +73,22 @@ std::vector<std::string> safetensors_tensor_names(const std::string& path) {
   return names;
 }
 
+std::map<std::string, std::string> safetensors_metadata(const std::string& path) {
+  std::ifstream in;
+  const Header h = read_header(path, in);
+  std::map<std::string, std::string> out;
+  if (!h.json.contains("__metadata__")) return out;
+  const json& meta = h.json["__metadata__"];
+  if (!meta.is_object()) fail("{}: '__metadata__' must be an object of strings", path);
+  for (auto it = meta.begin(); it != meta.end(); ++it) {
+    if (!it.value().is_string())
+      fail("{}: '__metadata__' key '{}' must be a string, got {}", path, it.key(),
+           it.value().dump());
+    out[it.key()] = it.value().get<std::string>();
+  }
+  return out;
+}
+
 FloatArray read_safetensors(const std::string& path, const std::string& wanted,
                             const ShapeCheck& check) {
   std::ifstream in;

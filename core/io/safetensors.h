@@ -28,6 +28,11 @@ FloatArray read_safetensors(const std::string& path, const std::string& name = "
 // Throws statecheck::Error like read_safetensors for an unreadable or malformed header.
 std::vector<std::string> safetensors_tensor_names(const std::string& path);
 
+// The string metadata of a safetensors file (its header's "__metadata__" object; empty when
+// absent). Throws statecheck::Error like read_safetensors for a malformed header, and naming the
+// key when "__metadata__" is not an object of strings (the format allows strings only).
+std::map<std::string, std::string> safetensors_metadata(const std::string& path);
+
 // A tensor to write: shape outermost first; `dtype` "F32" (values written as is) or "BF16"
 // (values rounded to bf16).
 struct TensorToWrite {
