@@ -468,7 +468,7 @@ TEST(Options, UnreadOptionNotesNameEveryReader) {
             (std::vector<std::string>{
                 "--seed is not read by memory (it is read by codec, chain, inloop, bench, "
                 "capacity and firecount)",
-                "--threads is not read by memory (it is read by codec, chain, inloop and kl)",
+                "--threads is not read by memory (it is read by codec, chain, inloop, reference and kl)",
                 "--quick is not read by memory (it is read by codec, chain, inloop, bench, "
                 "capacity, firecount, replay and kl)"}));
   EXPECT_TRUE(unread_option_notes("kl", {"threads", "quick"}).empty());
