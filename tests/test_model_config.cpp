@@ -150,7 +150,7 @@ TEST(ModelConfig, InconsistentOrMissingFieldsAreClearErrors) {
     FAIL() << "HV % H != 0 accepted";
   } catch (const Error& e) {
     EXPECT_NE(
-        std::string(e.what()).find("num_value_heads (24) is not a multiple of num_key_heads (16)"),
+        std::string(e.what()).find("linear.num_value_heads (24) is not a multiple of linear.num_key_heads (16)"),
         std::string::npos)
         << e.what();
   }

@@ -1,11 +1,13 @@
 #include "core/drive/states_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 
 #include "core/io/hdf5_file.h"
+#include "core/io/hdf5_isolated.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
 
@@ -24,6 +26,36 @@ bool has_hdf5_signature(const std::string& path) {
     if (std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0) return true;
   }
   return false;
+}
+
+// What the first bytes say the file is. safetensors: an 8-byte little-endian header length N
+// with 2 <= N <= size - 8, then the JSON header, which starts with '{' (safetensors README,
+// "Format").
+enum class StatesFormat { hdf5, safetensors, neither };
+
+StatesFormat detect_format(const std::string& path, std::string& why) {
+  if (has_hdf5_signature(path)) return StatesFormat::hdf5;
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  if (size == 0) {
+    why = "it is empty (0 bytes)";
+    return StatesFormat::neither;
+  }
+  unsigned char head[9] = {};
+  in.read(reinterpret_cast<char*>(head), 9);
+  const size_t got = static_cast<size_t>(in.gcount());
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | head[i];
+  if (got == 9 && len >= 2 && len <= size - 8 && head[8] == '{') return StatesFormat::safetensors;
+  std::string first;
+  for (size_t i = 0; i < std::min<size_t>(got, 8); ++i) first += fmt::format("{:02x}", head[i]);
+  why = fmt::format(
+      "{} bytes starting {}: no HDF5 signature, and no 8-byte length followed by a "
+      "JSON header",
+      size, first);
+  return StatesFormat::neither;
 }
 
 std::string shape_str(const std::vector<size_t>& s) {
@@ -62,8 +94,13 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
            name, fdv, fdk, m.name, dv, dk);
     if (s.size() == 5 && s[1] == 0) fail("{}: tensor '{}' holds no states (N = 0)", path, name);
   };
-  FloatArray a = has_hdf5_signature(path) ? read_hdf5_array(path, "", check_shape)
-                                          : read_safetensors(path, "", check_shape);
+  std::string why;
+  const StatesFormat format = detect_format(path, why);
+  if (format == StatesFormat::neither)
+    fail("{}: neither an HDF5 nor a safetensors file ({})", path, why);
+  // HDF5 is parsed by libhdf5, which a damaged file can crash: in a child process.
+  FloatArray a = format == StatesFormat::hdf5 ? read_hdf5_array_isolated(path, "", check_shape)
+                                              : read_safetensors(path, "", check_shape);
   const auto& s = a.shape;
   const size_t N = s.size() == 5 ? s[1] : 1;
 
