@@ -10,6 +10,7 @@
 // e.g. STATECHECK_SOAK_OPS=1250000 statecheck_tests --gtest_filter='CacheRandomOps*' for 10^7
 // (docs/robustness.md gives its time and result).
 #include <cstdlib>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +31,12 @@ struct SoakConfig {
   bool payload;
   uint64_t default_seed;
 };
+
+// gtest prints a parameter with this (the test name carries the same words).
+void PrintTo(const SoakConfig& c, std::ostream* os) {
+  *os << cache_mode_name(c.mode) << " " << cache_strategy_name(c.strategy) << " "
+      << (c.payload ? "payload" : "bookkeeping") << " seed " << c.default_seed;
+}
 
 int64_t soak_ops() {
   const char* env = std::getenv("STATECHECK_SOAK_OPS");
@@ -118,8 +125,9 @@ void random_operations(const SoakConfig& c, uint64_t seed, int64_t ops) {
       e.cache().cancel(probe);
       ++done.cancels;
     } else {
-      // Flush: every request is aborted first (a flush needs an idle engine).
-      for (int64_t id = 0; id < submitted; ++id) e.abort(id);
+      // Flush: the running requests are aborted first (a flush needs an idle engine); waiting
+      // ones stay queued.
+      for (const int64_t id : e.running_ids()) e.abort(id);
       e.flush();
       ++done.flushes;
       ASSERT_EQ(e.cache().tree().node_count(), 1) << "op " << op;
@@ -146,7 +154,9 @@ void random_operations(const SoakConfig& c, uint64_t seed, int64_t ops) {
   EXPECT_GT(done.cancels, 0);
   EXPECT_GT(done.aborts, 0);
   EXPECT_GT(done.flushes, 0);
-  if (c.payload) EXPECT_GT(e.cache().counters().restore_checks, 0);
+  if (c.payload) {
+    EXPECT_GT(e.cache().counters().restore_checks, 0);
+  }
 }
 
 class CacheRandomOps : public ::testing::TestWithParam<SoakConfig> {};

@@ -47,14 +47,14 @@ std::set<int64_t> cached_depths(const RadixTree& t) {
 
 }  // namespace
 
-// One 20500-token prompt alone: chunks [0, 8192), [8192, 16384), [16384, 20500). On the absolute
-// 512 grid the checkpoints are 8192, 16384 and floor(20500 / 512) * 512 = 19968 (SGLang after
-// #34808); the Cg grid alone would pick 16384 + floor(4116 / 64) * 64 = 20416, a depth no 512-token
+// One 20450-token prompt alone: chunks [0, 8192), [8192, 16384), [16384, 20450). On the absolute
+// 512 grid the checkpoints are 8192, 16384 and floor(20450 / 512) * 512 = 19968 (SGLang after
+// #34808); the Cg grid alone would pick 16384 + floor(4066 / 64) * 64 = 20416, a depth no 512-token
 // page can name. A second request with the same prompt hits 19968 and its restore is checked bit
 // for bit.
 TEST(PageGrid, Sglang34808ShapeEveryStateOnTheGridAndRestoredBitForBit) {
   Engine e(paged_config(512));
-  const std::vector<int32_t> prompt = synthetic_tokens(7, 1, 20500);
+  const std::vector<int32_t> prompt = synthetic_tokens(7, 1, 20450);
   RequestSpec a;
   a.prompt = prompt;
   a.output_len = 2;

@@ -365,21 +365,6 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
   // without bound.
   const uint64_t declared = n * elem;  // <= kHdf5MaxReadBytes by the loop above
   const uint64_t file_size = std::filesystem::file_size(path);
-  if (n > 0 && (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS)) {
-    if (filters > 0) refuse("is not chunked but declares compression filters");
-    const uint64_t stored = H5Dget_storage_size(ds);
-    if (stored != declared)
-      refuse(fmt::format("declares {} elements of {} bytes ({} bytes) but stores {} bytes", n, elem,
-                         declared, stored));
-    if (stored > file_size)
-      refuse(fmt::format("stores {} bytes, more than the file's {} bytes", stored, file_size));
-    if (layout == H5D_CONTIGUOUS) {
-      const haddr_t at = H5Dget_offset(ds);
-      if (at == HADDR_UNDEF || at > file_size || stored > file_size - at)
-        refuse(fmt::format("has its {} bytes of data past the end of the file ({} bytes)", stored,
-                           file_size));
-    }
-  }
   // Declared but never written: reading would return fill values. A chunked dataset must hold
   // every one of its chunks (a compressed one is "partly allocated" by its storage size even when
   // complete, so the chunks are counted); another one must be allocated in full.
@@ -434,6 +419,21 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
     if (H5Dget_space_status(ds, &allocated) < 0 || allocated != H5D_SPACE_STATUS_ALLOCATED)
       refuse(fmt::format("declares {} elements but its data were {} written", n,
                          allocated == H5D_SPACE_STATUS_PART_ALLOCATED ? "only partly" : "never"));
+  }
+  if (n > 0 && (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS)) {
+    if (filters > 0) refuse("is not chunked but declares compression filters");
+    const uint64_t stored = H5Dget_storage_size(ds);
+    if (stored != declared)
+      refuse(fmt::format("declares {} elements of {} bytes ({} bytes) but stores {} bytes", n, elem,
+                         declared, stored));
+    if (stored > file_size)
+      refuse(fmt::format("stores {} bytes, more than the file's {} bytes", stored, file_size));
+    if (layout == H5D_CONTIGUOUS) {
+      const haddr_t at = H5Dget_offset(ds);
+      if (at == HADDR_UNDEF || at > file_size || stored > file_size - at)
+        refuse(fmt::format("has its {} bytes of data past the end of the file ({} bytes)", stored,
+                           file_size));
+    }
   }
   // A compression filter this HDF5 build lacks: say so instead of a failed read.
   for (int f = 0; f < filters; ++f) {
