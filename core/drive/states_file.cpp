@@ -29,8 +29,7 @@ bool has_hdf5_signature(const std::string& path) {
 }
 
 // What the first bytes say the file is. safetensors: an 8-byte little-endian header length N
-// with 2 <= N <= size - 8, then the JSON header, which starts with '{' (safetensors README,
-// "Format").
+// >= 2, then the JSON header, which starts with '{' (safetensors README, "Format").
 enum class StatesFormat { hdf5, safetensors, neither };
 
 StatesFormat detect_format(const std::string& path, std::string& why) {
@@ -48,7 +47,9 @@ StatesFormat detect_format(const std::string& path, std::string& why) {
   const size_t got = static_cast<size_t>(in.gcount());
   uint64_t len = 0;
   for (int i = 7; i >= 0; --i) len = (len << 8) | head[i];
-  if (got == 9 && len >= 2 && len <= size - 8 && head[8] == '{') return StatesFormat::safetensors;
+  // A '{' after the length is safetensors even when the length runs past the end: the reader
+  // then says the file is truncated.
+  if (got == 9 && len >= 2 && head[8] == '{') return StatesFormat::safetensors;
   std::string first;
   for (size_t i = 0; i < std::min<size_t>(got, 8); ++i) first += fmt::format("{:02x}", head[i]);
   why = fmt::format(
