@@ -7,8 +7,10 @@
 //   STATECHECK_SOAK_OPS=N         operations per configuration and seed (default 12500: the 8
 //                                 configurations run 10^5 operations in all, the CI size)
 //   STATECHECK_SOAK_SEEDS=a,b,..  seeds (default: one per configuration, 1..8)
-// e.g. STATECHECK_SOAK_OPS=1250000 statecheck_tests --gtest_filter='CacheRandomOps*' for 10^7
-// (docs/robustness.md gives its time and result).
+// e.g. STATECHECK_SOAK_SEEDS=$(seq -s, 1 100) statecheck_tests --gtest_filter='*CacheRandomOps*'
+// for 10^7 (docs/robustness.md gives its time and result). A long soak is spread over seeds: one
+// sequence's requests accumulate (arrivals outpace completions), so its cost per operation grows
+// with its length.
 #include <cstdlib>
 #include <ostream>
 #include <sstream>
