@@ -57,6 +57,11 @@ TEST(Paths, InterruptedRunRemovesItsPartialFilesAndFolders) {
 // result files too, and still dies of the fault (or of the action installed before, when a
 // sanitizer reports it: never a normal exit). The run is a forked child.
 TEST(Paths, CrashedRunRemovesItsPartialFiles) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer keeps SIGSEGV and SIGBUS for its own reporter, which ends the process before
+  // any other handler runs (docs/robustness.md); the release build runs this test.
+  GTEST_SKIP() << "AddressSanitizer handles SIGSEGV and SIGBUS itself";
+#endif
   const std::string dir = temp_path("crashed");
   fs::create_directories(dir);
   for (const int sig : {SIGSEGV, SIGBUS, SIGABRT}) {
