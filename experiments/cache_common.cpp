@@ -59,6 +59,7 @@ CacheConfig options_cache_config(const Options& o, const ModelConfig& m, CacheMo
   c.kv_tokens = kv_tokens;
   c.chunk_granularity = o.chunk_granularity;
   c.track_interval = o.track_interval;
+  c.page_size = o.page_size;
   c.payload = !o.no_payload;
   c.shape = model_payload_shape(m);
   c.temporal = d.temporal;

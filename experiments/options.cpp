@@ -101,10 +101,10 @@ std::vector<std::string> experiment_option_names() {
   return {
       "seed",           "threads",         "quick",           "drive",        "states",
       "states-key",     "inputs",     "prefill",         "decode",          "codec",        "chain-tokens",
-      "chain-layers",   "trace",           "trace-bad-lines", "active-slots", "ckpt-slots",
+      "chain-layers",   "trace",           "trace-bad-lines", "trace-max-tokens", "active-slots", "ckpt-slots",
       "strategy",       "temporal-dtype",  "scale-dtype",     "conv-dtype",   "gpu-mem-gib",
       "mem-fraction",   "weights-gib",     "compare-shipped", "no-payload",   "chunk-granularity",
-      "track-interval", "chunked-prefill", "max-running",   "policy",          "k-list",          "budget-sweep"};
+      "track-interval", "chunked-prefill", "max-running",   "policy",          "k-list",          "budget-sweep", "page-size"};
 }
 
 void reset_option(Options& o, const std::string& option) {
@@ -240,6 +240,8 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
         "token budget of one prefill batch (SGLang chunked_prefill_size)");
   cache("track-interval", po::value(&o.track_interval)->default_value(o.track_interval),
         "extra_buffer decode track interval, tokens (SGLang mamba_track_interval)");
+  cache("page-size", po::value(&o.page_size)->default_value(o.page_size),
+        "radix tree page P, tokens (SGLang page_size; > 1 needs extra_buffer)");
   cache("max-running", po::value(&o.max_running)->default_value(0),
         "running-request cap (0: active slots / (3 + tracking slots), as SGLang)");
   cache("trace-bad-lines", po::value(&t.trace_bad_lines)->default_value(t.trace_bad_lines),
@@ -251,6 +253,8 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
         "capacity: comma list of K (default: 128..768 step 32, extended past the checkpoint pool)");
   cache("budget-sweep", po::bool_switch(&o.budget_sweep),
         "replay: hit rate against the state-pool budget, per policy and mode");
+  cache("trace-max-tokens", po::value(&o.trace_max_tokens)->default_value(o.trace_max_tokens),
+        "replay: most prompt + output tokens a trace may hold (2^30 fits 24 GiB)");
 }
 
 // The value named `text` among `names`; otherwise "--<option> must be a or b, got '<text>'".
@@ -333,6 +337,27 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
     fail("--inputs {} is given without --drive inputs", t.inputs);
 }
 
+// The range an integer option must be in, as check_values enforces it ("" for another option).
+std::string integer_option_range(const std::string& option) {
+  const std::map<std::string, std::string> ranges = {
+      {"tp", "[0, 2147483647] (0: the model's default)"},
+      {"threads", "[0, 4096]"},
+      {"prefill", "[0, 1048576]"},
+      {"decode", "[0, 1048576]"},
+      {"chain-tokens", "[128, 1048576], a multiple of 128"},
+      {"chain-layers", "[0, 2147483647]"},
+      {"active-slots", fmt::format("[1, {}]", kMaxPoolSlots)},
+      {"ckpt-slots", fmt::format("[0, {}]", kMaxPoolSlots)},
+      {"chunk-granularity", "[1, 1048576]"},
+      {"chunked-prefill", "[1, 2147483647], a multiple of the state grid"},
+      {"track-interval", "[1, 2147483647], a multiple of the state grid"},
+      {"page-size", "[1, 1048576]"},
+      {"max-running", "[0, 2147483647]"},
+      {"trace-max-tokens", "[1, 2^40]"}};
+  const auto it = ranges.find(option);
+  return it == ranges.end() ? "" : it->second;
+}
+
 // The ranges of the numbers and the input files.
 void check_values(const Options& o) {
   if (o.tp < 0) fail("--tp must be positive (0: the model's default), got {}", o.tp);
@@ -368,10 +393,32 @@ void check_values(const Options& o) {
     fail("--chunk-granularity must be in [1, {}], got {}", kMaxTokens, o.chunk_granularity);
   // Each chunk re-inserts the request's prefix into the tree (as the engine does), so the work of a
   // replay grows like prompt^2 / chunk: budgets below one state chunk make no sense.
-  if (o.chunked_prefill < o.chunk_granularity)
-    fail("--chunked-prefill must be >= the chunk granularity ({}), got {}", o.chunk_granularity,
-         o.chunked_prefill);
-  if (o.track_interval < 1) fail("--track-interval must be >= 1, got {}", o.track_interval);
+  if (o.page_size < 1 || o.page_size > kMaxTokens)
+    fail("--page-size must be in [1, {}], got {}", kMaxTokens, o.page_size);
+  // The grid of cached states, as the engine sets it up: SGLang takes mamba_cache_chunk_size =
+  // max(chunk, page) and asserts that one divides the other; the states sit on their lcm.
+  const int grid = std::max(o.chunk_granularity, o.page_size);
+  if (grid % o.chunk_granularity != 0 || grid % o.page_size != 0)
+    fail("--chunk-granularity {} and --page-size {} must divide one another", o.chunk_granularity,
+         o.page_size);
+  if (o.page_size > 1 && o.strategy == CacheStrategy::no_buffer)
+    fail(
+        "--page-size {} needs --strategy extra_buffer (no_buffer caches at any length; the engine "
+        "requires page size 1 there)",
+        o.page_size);
+  if (o.chunked_prefill < grid || o.chunked_prefill % grid != 0)
+    fail(
+        "--chunked-prefill must be a positive multiple of the state grid {} (lcm of "
+        "--chunk-granularity and --page-size), got {}",
+        grid, o.chunked_prefill);
+  if (o.track_interval < 1 || o.track_interval % grid != 0)
+    fail(
+        "--track-interval must be a positive multiple of the state grid {} (lcm of "
+        "--chunk-granularity and --page-size), got {}",
+        grid, o.track_interval);
+  if (o.trace_max_tokens < 1 || o.trace_max_tokens > (int64_t{1} << 40))
+    fail("--trace-max-tokens must be in [1, 2^40 = {}], got {}", int64_t{1} << 40,
+         o.trace_max_tokens);
   if (o.max_running < 0)
     fail("--max-running must be >= 0 (0: from the active pool), got {}", o.max_running);
   if (o.drive && o.drive->kind == DriveKind::states)
@@ -424,7 +471,19 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
           .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
           .run();
   po::variables_map vm;
-  po::store(parsed, vm);
+  try {
+    po::store(parsed, vm);
+  } catch (const po::invalid_option_value& e) {
+    // A number that is no integer of its type (or beyond it): named with the range it must be in.
+    const std::string name = e.get_option_name();
+    const std::string key = name.rfind("--", 0) == 0 ? name.substr(2) : name;
+    const std::string range = integer_option_range(key);
+    if (range.empty()) throw;
+    std::string given;
+    for (const po::option& opt : parsed.options)
+      if (opt.string_key == key && !opt.value.empty()) given = opt.value.front();
+    fail("--{} must be an integer in {}, got '{}'", key, range, given);
+  }
   po::notify(vm);
   o.seed = parse_seed(t.seed);
   if (vm.count("help")) {

@@ -74,6 +74,7 @@ struct Options {
   int chunk_granularity = 64;  // Cg: state chunk granularity (SGLang mamba_cache_chunk_size)
   int chunked_prefill = 8192;  // token budget of one prefill batch (SGLang chunked_prefill_size)
   int track_interval = 256;    // extra_buffer decode track interval (SGLang mamba_track_interval)
+  int page_size = 1;           // P: the radix tree's page, tokens (SGLang page_size)
   int max_running = 0;         // 0: active slots / (3 + tracking slots), as SGLang
   BadLines trace_bad_lines = BadLines::reject;  // replay: malformed trace lines
   // memory: add the shipped models' rows (each at its default TP) after the asked model's
@@ -86,6 +87,7 @@ struct Options {
   std::vector<int> k_list;
   // replay: --budget-sweep, the trace at a range of state-pool budgets for every policy and mode.
   bool budget_sweep = false;
+  int64_t trace_max_tokens = kTraceDefaultMaxTotalTokens;  // replay: cap on prompt + output tokens
 
   // Resolved helpers.
   int thread_count() const;

@@ -32,8 +32,8 @@ std::vector<ExperimentEntry> make_registry() {
                                            "gpu-mem-gib",    "mem-fraction", "weights-gib"};
   const std::vector<std::string> pools = {"active-slots", "ckpt-slots"};
   // The cache and engine configs of the experiments that run the engine (options_engine_config).
-  const std::vector<std::string> engine = {"no-payload", "chunk-granularity", "track-interval",
-                                           "chunked-prefill", "max-running"};
+  const std::vector<std::string> engine = {"no-payload",      "chunk-granularity", "track-interval",
+                                           "chunked-prefill", "max-running",       "page-size"};
   const char* replay_pools = "replay sizes its pools from the memory budget, at equal memory";
 
   // --seed draws the synthetic drives and workloads (every result file records it all the same),
@@ -87,7 +87,7 @@ std::vector<ExperimentEntry> make_registry() {
       true,
       false,
       K::cache_model};
-  replay.reads = join({{"quick", "trace", "trace-bad-lines", "strategy", "policy", "budget-sweep"},
+  replay.reads = join({{"quick", "trace", "trace-bad-lines", "trace-max-tokens", "strategy", "policy", "budget-sweep"},
                        budget,
                        engine});
   replay.sets_itself = {{"active-slots", replay_pools}, {"ckpt-slots", replay_pools}};

@@ -167,7 +167,8 @@ struct MatchInsertBench {
 struct ReplayResult {
   std::string trace;  // path of the trace file
   BadLines bad_lines = BadLines::reject;
-  std::vector<TraceIssue> skipped;  // malformed lines skipped (--trace-bad-lines skip)
+  std::vector<TraceIssue> skipped;  // the first skipped lines of each kind (--trace-bad-lines skip)
+  int64_t skipped_count = 0;        // malformed lines skipped in all
   int64_t requests = 0;             // replayed (quick: the first 1,000)
   int64_t prompt_tokens = 0;
   TraceReuse reuse;                 // the trace's own prefix reuse, infinite cache
@@ -229,24 +230,26 @@ EngineConfig replay_config(const Options& o, const ModelConfig& m, CacheMode mod
 }
 
 // The trace as replayed: its valid requests in arrival order (quick: the first 1,000) and the lines
-// skipped. Prints the skipped lines (the first 20) and a reordering. Throws statecheck::Error for a
-// trace that cannot be read or has no valid request.
+// skipped. Prints the skipped lines kept (the first few of each kind), the count of each kind and
+// a reordering. Throws statecheck::Error for a trace that cannot be read, is over
+// --trace-max-tokens or has no valid request.
 struct ReplayTrace {
   std::vector<TraceRequest> requests;
   std::vector<TraceIssue> skipped;
+  int64_t skipped_count = 0;
 };
-ReplayTrace load_replay_trace(const std::string& path, BadLines bad_lines, bool quick) {
-  Trace trace = load_mooncake_trace(path, bad_lines);
-  for (size_t i = 0; i < trace.skipped.size(); ++i)
-    if (i < 20)
-      fmt::print("replay: skipped {}:{}: {}\n", path, trace.skipped[i].line,
-                 trace.skipped[i].reason);
-  if (trace.skipped.size() > 20)
-    fmt::print("replay: ... {} malformed lines skipped in all\n", trace.skipped.size());
+ReplayTrace load_replay_trace(const std::string& path, BadLines bad_lines, bool quick,
+                              int64_t max_tokens) {
+  Trace trace = load_mooncake_trace(path, bad_lines, max_tokens);
+  for (const TraceIssue& s : trace.skipped)
+    fmt::print("replay: skipped {}:{}: {}\n", path, s.line, printable(s.reason));
+  for (const auto& [kind, k] : trace.skipped_by_kind)
+    if (k.count > static_cast<int64_t>(k.first_lines.size()))
+      fmt::print("replay: ... {} lines skipped for {} in all\n", k.count, kind);
   if (trace.reordered)
     fmt::print("replay: timestamps were not in order; requests sorted by timestamp\n");
   if (trace.requests.empty()) fail("{}: no valid requests", path);
-  ReplayTrace t{std::move(trace.requests), std::move(trace.skipped)};
+  ReplayTrace t{std::move(trace.requests), std::move(trace.skipped), trace.skipped_count};
   const size_t quick_n = 1000;
   if (quick && t.requests.size() > quick_n) t.requests.resize(quick_n);
   return t;
@@ -294,6 +297,9 @@ std::vector<std::pair<std::string, EngineConfig>> replay_modes(
         replay_config(o, m, CacheMode::int8, int64_t{bf16_cap} * 3 + 8,
                       std::min<int64_t>(max_states, (int64_t{1} << 31) - 2), tokens + 1);
     c.cache.strategy = strategy;
+    // The KV-only reference under no_buffer measures what the trace offers: on a page-1 tree
+    // (no_buffer needs page 1, as in SGLang).
+    if (strategy == CacheStrategy::no_buffer) c.cache.page_size = 1;
     c.cache.payload = false;
     c.max_running = bf16_cap;
     c.cache.kv_only_match = kv_only;
@@ -345,9 +351,10 @@ ReplayResult measure_replay(const Options& o, const ModelConfig& m) {
   ReplayResult res;
   res.trace = trace_path(o);
   res.bad_lines = o.trace_bad_lines;
-  ReplayTrace trace = load_replay_trace(res.trace, o.trace_bad_lines, o.quick);
+  ReplayTrace trace = load_replay_trace(res.trace, o.trace_bad_lines, o.quick, o.trace_max_tokens);
   const std::vector<TraceRequest>& reqs = trace.requests;
   res.skipped = std::move(trace.skipped);
+  res.skipped_count = trace.skipped_count;
   res.requests = static_cast<int64_t>(reqs.size());
   int64_t output_tokens = 0;
   for (const auto& r : reqs) {
@@ -359,7 +366,7 @@ ReplayResult measure_replay(const Options& o, const ModelConfig& m) {
       "replay: {} ({} requests, {} prompt tokens, {} output tokens, {} lines skipped); "
       "infinite-cache prefix "
       "reuse {:.2f}% of blocks, {:.2f}% of tokens\n",
-      res.trace, reqs.size(), res.prompt_tokens, output_tokens, res.skipped.size(),
+      res.trace, reqs.size(), res.prompt_tokens, output_tokens, res.skipped_count,
       100.0 * res.reuse.block_fraction(), 100.0 * res.reuse.token_fraction());
 
   const auto modes = replay_modes(o, m, reqs, res.prompt_tokens + output_tokens, res);
@@ -378,7 +385,7 @@ void record_replay(const ReplayResult& r, H5Writer& file, Summary& summary) {
   file.group(g);
   file.attr(g, "trace", r.trace);
   file.attr(g, "requests", r.requests);
-  file.attr(g, "skipped_lines", static_cast<int64_t>(r.skipped.size()));
+  file.attr(g, "skipped_lines", r.skipped_count);
   file.attr(g, "bad_lines_policy", std::string(bad_lines_name(r.bad_lines)));
   file.attr(g, "token_mapping",
             std::string("block hash h, position j -> token id h * 512 + j; outputs unique"));
@@ -386,7 +393,8 @@ void record_replay(const ReplayResult& r, H5Writer& file, Summary& summary) {
     std::vector<std::string> lines;
     for (const auto& s : r.skipped) lines.push_back(fmt::format("line {}: {}", s.line, s.reason));
     file.write_strings(g + "/skipped_lines", lines,
-                       "malformed trace lines skipped (--trace-bad-lines skip)");
+                       "malformed trace lines skipped (--trace-bad-lines skip): the first of "
+                       "each kind of reason; the attribute skipped_lines counts them all");
   }
   file.write_scalar(g + "/prompt_tokens", static_cast<double>(r.prompt_tokens), "tokens",
                     "prompt tokens replayed");

@@ -130,7 +130,7 @@ int run_suite(const Options& base) {
   // The trace too, before the experiments that run ahead of replay (a bad line fails in seconds).
   for (const auto& e : experiment_registry())
     if (e.in_suite && e.name == "replay")
-      load_mooncake_trace(trace_path(base), base.trace_bad_lines);
+      load_mooncake_trace(trace_path(base), base.trace_bad_lines, base.trace_max_tokens);
   auto rows = load_thresholds(thresholds_path());  // before the work: a bad file costs nothing
   upgrade_threshold_keys(rows);
   // Removed again (if empty) when the suite fails; kept once its files are committed.

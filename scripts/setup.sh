@@ -15,6 +15,7 @@ packages=(
   libssl-dev                     # SHA-256 of input files (OpenSSL libcrypto)
   python3 python3-matplotlib python3-h5py python3-numpy   # plots (Debian's /usr/bin/python3)
   clang-format
+  clang libclang-rt-dev          # libFuzzer harnesses (scripts/fuzz.sh)
 )
 
 missing=()

@@ -37,12 +37,15 @@ ModelConfig small_gdn_model() {
 
 // 3 KDA layers (MLA at 1-based layer 4), 4 heads of 32 x 32.
 ModelConfig small_kda_model() {
-  const nlohmann::json j = {
-      {"model_type", "kimi_linear"},
-      {"num_hidden_layers", 4},
-      {"kv_lora_rank", 64},
-      {"qk_rope_head_dim", 16},
-      {"linear_attn_config", {{"num_heads", 4}, {"head_dim", 32}, {"full_attn_layers", {4}}}}};
+  const nlohmann::json j = {{"model_type", "kimi_linear"},
+                            {"num_hidden_layers", 4},
+                            {"kv_lora_rank", 64},
+                            {"qk_rope_head_dim", 16},
+                            {"linear_attn_config",
+                             {{"num_heads", 4},
+                              {"head_dim", 32},
+                              {"short_conv_kernel_size", 4},
+                              {"full_attn_layers", {4}}}}};
   return parse_model_config(j, "small-kda", 1);
 }
 

@@ -149,9 +149,9 @@ TEST(ModelConfig, InconsistentOrMissingFieldsAreClearErrors) {
     parse_model_config(j, "bad.json", 1);
     FAIL() << "HV % H != 0 accepted";
   } catch (const Error& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("num_value_heads (24) is not a multiple of num_key_heads (16)"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "linear.num_value_heads (24) is not a multiple of linear.num_key_heads (16)"),
+              std::string::npos)
         << e.what();
   }
   j["linear_num_value_heads"] = 32;
@@ -210,12 +210,15 @@ TEST(ModelConfig, OutOfRangeFieldsAreNamed) {
         << "expected '" << message << "', got '" << err << "'";
   }
   // Kimi's layer lists are 1-based: 0 is named as such, not reported as layer -1.
-  json kimi = {
-      {"model_type", "kimi_linear"},
-      {"num_hidden_layers", 4},
-      {"kv_lora_rank", 512},
-      {"qk_rope_head_dim", 64},
-      {"linear_attn_config", {{"num_heads", 32}, {"head_dim", 128}, {"full_attn_layers", {0}}}}};
+  json kimi = {{"model_type", "kimi_linear"},
+               {"num_hidden_layers", 4},
+               {"kv_lora_rank", 512},
+               {"qk_rope_head_dim", 64},
+               {"linear_attn_config",
+                {{"num_heads", 32},
+                 {"head_dim", 128},
+                 {"short_conv_kernel_size", 4},
+                 {"full_attn_layers", {0}}}}};
   const std::string err = test_support::error_of([&] { parse_model_config(kimi, "k.json", 1); });
   EXPECT_NE(err.find("'linear_attn_config.full_attn_layers[0]' is 0, outside 1..num_hidden_layers "
                      "(4) (1-based)"),

@@ -18,6 +18,11 @@ Engine::Engine(const EngineConfig& config)
     : cfg_(config), cache_(config.cache), max_running_(config.resolved_max_running()) {
   if (cfg_.chunked_prefill < 1)
     fail("engine: chunked prefill size must be >= 1, got {}", cfg_.chunked_prefill);
+  if (cfg_.chunked_prefill % cfg_.cache.state_grid() != 0)
+    fail(
+        "engine: chunked prefill size {} is not a multiple of the state grid {} (lcm of chunk "
+        "granularity and page size)",
+        cfg_.chunked_prefill, cfg_.cache.state_grid());
 }
 
 int64_t Engine::submit(RequestSpec spec) {

@@ -27,10 +27,13 @@ inline int64_t common_prefix(const int32_t* a, int64_t na, const int32_t* b, int
 
 }  // namespace
 
-RadixTree::RadixTree(KvPool& kv, SlotAllocator& states, int chunk_granularity)
-    : kv_(kv), states_(states), cg_(chunk_granularity) {
+RadixTree::RadixTree(KvPool& kv, SlotAllocator& states, int chunk_granularity, int page_size)
+    : kv_(kv), states_(states), cg_(chunk_granularity), page_(page_size) {
   if (chunk_granularity <= 0)
     fail("radix tree: chunk granularity must be > 0, got {}", chunk_granularity);
+  if (page_size <= 0) fail("radix tree: page size must be > 0, got {}", page_size);
+  if (std::max(cg_, page_) % std::min(cg_, page_) != 0)
+    fail("radix tree: chunk granularity {} and page size {} must divide one another", cg_, page_);
   nodes_.emplace_back();
   RadixNode& root = nodes_[kRoot];
   root.live = true;
@@ -59,7 +62,7 @@ int32_t RadixTree::new_node() {
 
 void RadixTree::delete_node(int32_t id) {
   RadixNode& n = nodes_[id];
-  erase_child(n.parent, n.key[0]);
+  erase_child(n.parent, n.key.data());
   --nodes_[n.parent].num_children;
   n.live = false;
   n.key.clear();
@@ -68,17 +71,32 @@ void RadixTree::delete_node(int32_t id) {
   --live_nodes_;
 }
 
-int32_t RadixTree::find_child(int32_t parent, int32_t token) const {
-  auto it = children_.find(child_key(parent, token));
-  return it == children_.end() ? -1 : it->second;
+int32_t RadixTree::find_child(int32_t parent, const int32_t* first) const {
+  if (page_ == 1) {
+    auto it = children_.find(child_key(parent, first[0]));
+    return it == children_.end() ? -1 : it->second;
+  }
+  auto it = paged_children_.find({parent, std::vector<int32_t>(first, first + page_)});
+  return it == paged_children_.end() ? -1 : it->second;
 }
 
-void RadixTree::set_child(int32_t parent, int32_t token, int32_t child) {
-  children_[child_key(parent, token)] = child;
+void RadixTree::set_child(int32_t parent, const int32_t* first, int32_t child) {
+  if (page_ == 1)
+    children_[child_key(parent, first[0])] = child;
+  else
+    paged_children_[{parent, std::vector<int32_t>(first, first + page_)}] = child;
 }
 
-void RadixTree::erase_child(int32_t parent, int32_t token) {
-  children_.erase(child_key(parent, token));
+void RadixTree::erase_child(int32_t parent, const int32_t* first) {
+  if (page_ == 1)
+    children_.erase(child_key(parent, first[0]));
+  else
+    paged_children_.erase({parent, std::vector<int32_t>(first, first + page_)});
+}
+
+int64_t RadixTree::common_pages(const int32_t* a, int64_t na, const int32_t* b, int64_t nb) const {
+  const int64_t p = common_prefix(a, na, b, nb);
+  return page_ == 1 ? p : p / page_ * page_;
 }
 
 // ---- LRU lists ----------------------------------------------------------------------------------
@@ -154,8 +172,8 @@ int32_t RadixTree::split(int32_t child, int64_t p) {
   n.num_children = 1;
   c.key.erase(c.key.begin(), c.key.begin() + p);
   c.parent = nid;
-  set_child(n.parent, n.key[0], nid);
-  set_child(nid, c.key[0], child);
+  set_child(n.parent, n.key.data(), nid);
+  set_child(nid, c.key.data(), child);
   list_remove(full_, child);
   touch_full(nid);
   touch_full(child);
@@ -168,13 +186,14 @@ int32_t RadixTree::split(int32_t child, int64_t p) {
 RadixMatch RadixTree::match(const int32_t* tokens, int64_t n, bool every_node_has_state) {
   ++counters_.matches;
   RadixMatch r;
+  n = n / page_ * page_;  // whole pages only (SGLang page-aligns the match key)
   if (n <= 0) return r;
   int32_t node = kRoot;
   int64_t pos = 0;
   int64_t best_len = 0;
   int32_t best = kRoot;
   while (pos < n) {
-    const int32_t child = find_child(node, tokens[pos]);
+    const int32_t child = find_child(node, tokens + pos);
     if (child < 0) break;
     if (every_node_has_state || nodes_[node].state != kNoSlot) {
       best_len = pos;
@@ -182,7 +201,7 @@ RadixMatch RadixTree::match(const int32_t* tokens, int64_t n, bool every_node_ha
     }
     const RadixNode& c = nodes_[child];
     const int64_t klen = static_cast<int64_t>(c.key.size());
-    const int64_t p = common_prefix(c.key.data(), klen, tokens + pos, n - pos);
+    const int64_t p = common_pages(c.key.data(), klen, tokens + pos, n - pos);
     if (p < klen) {
       node = split(child, p);
       pos += p;
@@ -222,7 +241,8 @@ RadixMatch RadixTree::match(const int32_t* tokens, int64_t n, bool every_node_ha
   r.hit_node = best;
   r.matched_len = pos;
   if (pos > best_len) {
-    const int64_t aligned = pos / cg_ * cg_;
+    const int64_t grid = std::max(cg_, page_);  // lcm(Cg, P): one divides the other
+    const int64_t aligned = pos / grid * grid;
     r.branching_len = aligned > 0 ? aligned : -1;
   }
   return r;
@@ -235,18 +255,20 @@ RadixInsert RadixTree::insert(const int32_t* tokens, int64_t n, int32_t state,
     fail("radix insert: locked prefix {} longer than the key {}", prev_prefix_len, n);
   if (state < 1 || state > states_.size())
     fail("radix insert: state slot {} not in the {}", state, states_.name());
+  if (n % page_ != 0)
+    fail("radix insert: a state at depth {} is off the page grid (page size {})", n, page_);
   RadixInsert r;
   int32_t node = kRoot;
   int64_t pos = 0;
   while (pos < n) {
-    const int32_t child = find_child(node, tokens[pos]);
+    const int32_t child = find_child(node, tokens + pos);
     if (child < 0) break;
     node = child;
     touch_full(node);
     if (nodes_[node].state != kNoSlot && (!policy_ || policy_->refresh_walked_states_on_insert()))
       touch_state(node);
     const int64_t klen = static_cast<int64_t>(nodes_[node].key.size());
-    const int64_t p = common_prefix(nodes_[node].key.data(), klen, tokens + pos, n - pos);
+    const int64_t p = common_pages(nodes_[node].key.data(), klen, tokens + pos, n - pos);
     if (prev_prefix_len < pos + p) r.kv_freed += (pos + p) - std::max(prev_prefix_len, pos);
     pos += p;
     if (p < klen) node = split(node, p);
@@ -259,7 +281,7 @@ RadixInsert RadixTree::insert(const int32_t* tokens, int64_t n, int32_t state,
     l.parent = node;
     l.key.assign(tokens + pos, tokens + n);
     l.state = state;
-    set_child(node, l.key[0], leaf);
+    set_child(node, l.key.data(), leaf);
     ++nodes_[node].num_children;
     touch_full(leaf);
     touch_state(leaf);
@@ -497,6 +519,7 @@ void RadixTree::reset() {
   nodes_[kRoot].num_children = 0;
   free_ids_.clear();
   children_.clear();
+  paged_children_.clear();
   full_ = List{&RadixNode::full};
   state_ = List{&RadixNode::stat};
   live_nodes_ = 1;
@@ -535,7 +558,11 @@ void RadixTree::check(bool idle) const {
     if (n.key.empty()) fail("radix invariant: node {} has an empty key", id);
     if (n.parent < 0 || !nodes_[n.parent].live)
       fail("radix invariant: node {} has no live parent", id);
-    if (find_child(n.parent, n.key[0]) != static_cast<int32_t>(id))
+    // Whole pages per key: every depth, and so every state, is on the page grid.
+    if (n.key.size() % static_cast<size_t>(page_) != 0)
+      fail("radix invariant: node {} has a key of {} tokens, not whole pages of {}", id,
+           n.key.size(), page_);
+    if (find_child(n.parent, n.key.data()) != static_cast<int32_t>(id))
       fail("radix invariant: node {} is not its parent's child for token {}", id, n.key[0]);
     if (n.state_lock < 0 || n.full_lock < n.state_lock)
       fail("radix invariant: node {} has full lock {} < state lock {}", id, n.full_lock,

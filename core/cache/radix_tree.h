@@ -5,13 +5,18 @@
 // length, see kv_pool.h), an optional state slot (`state`; a node without one is a *tombstone*:
 // KV present, state absent), a full lock count, a state lock count, two access ticks, and its
 // place in two LRU lists: the *full* list (every node but the root) and the *state* list (nodes
-// that hold a state). Page size is 1 (SGLang requires it for no_buffer; extra_buffer with larger
-// pages is modelled through the chunk granularity Cg only).
+// that hold a state). Page size P (default 1) as SGLang's tree page: keys are compared page by
+// page, so every edge is a whole number of pages, a match covers whole pages only (the key is
+// floored to P, as SGLang page-aligns it), children are told apart by their first page, and a
+// state may only be attached at a depth on the page grid (insert refuses another depth; check()
+// verifies it): a state at depth d is the recurrence after exactly tokens [0, d), so attaching it
+// to a node of another depth restores the wrong state (SGLang #34808).
 //
 // State slots belong to the pool that `states` manages: the active pool in single-pool (bf16)
 // mode, the checkpoint pool in int8 mode; eviction returns them there.
 //
-// Invariants (check(), docs/cache_model.md): full lock >= state lock; a locked state implies a
+// Invariants (check(), docs/cache_model.md): every key a whole number of pages; full lock >=
+// state lock; a locked state implies a
 // state; the locks taken on the node itself (own_locks) are at most its full lock and equal its
 // state lock while it holds a state; full lock of a node >= the sum over its children; a leaf is
 // never a tombstone; the root holds nothing, is always locked and is in no list; both lists are in
@@ -20,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -82,8 +88,10 @@ class RadixTree {
   static constexpr int32_t kRoot = 0;
 
   // `kv`: the token KV pool (counts); `states`: the allocator cached states come from and return
-  // to; `chunk_granularity` = Cg > 0 (branching points are floored to it).
-  RadixTree(KvPool& kv, SlotAllocator& states, int chunk_granularity);
+  // to; `chunk_granularity` = Cg > 0 and `page_size` = P > 0, one a multiple of the other
+  // (branching points are floored to max(Cg, P) = lcm(Cg, P)). Throws statecheck::Error
+  // otherwise.
+  RadixTree(KvPool& kv, SlotAllocator& states, int chunk_granularity, int page_size = 1);
 
   // The eviction policy (core/cache/eviction_policy.h), not owned; nullptr (the default) or an
   // lru policy: the tree's own LRU order, SGLang's. Any other policy picks the victim of
@@ -93,12 +101,12 @@ class RadixTree {
   EvictionPolicy* policy() const { return policy_; }
 
   // match(tokens[0, n)). The engine passes n = len - 1 (at least one token is always recomputed);
-  // this function matches exactly what it is given. Walks from the root; a partial match inside
-  // an edge splits that node (matching mutates the tree). Returns the depth and node of the
-  // deepest state-holding node on the path (the hit), the tokens walked and the branching point
-  // floor(walked / Cg) * Cg when the walk went deeper than the hit (-1 when none or 0).
-  // LRU refresh: the hit node and all its ancestors move to the most recent end of the full list
-  // (the hit most recent; SGLang _match_post_processor); only the hit node moves in the state list
+  // this function matches what it is given, floored to whole pages. Walks from the root; a partial
+  // match inside an edge splits that node (matching mutates the tree). Returns the depth and node
+  // of the deepest state-holding node on the path (the hit), the tokens walked and the branching
+  // point floor(walked / Cg) * Cg when the walk went deeper than the hit (-1 when none or 0). LRU
+  // refresh: the hit node and all its ancestors move to the most recent end of the full list (the
+  // hit most recent; SGLang _match_post_processor); only the hit node moves in the state list
   // (docs/cache_model.md; SGLang also moves the hit's state-holding ancestors). Nodes walked
   // below the hit are not refreshed; a split on the way refreshes its child (see split). n == 0
   // returns the root, no refresh.
@@ -107,10 +115,11 @@ class RadixTree {
   RadixMatch match(const int32_t* tokens, int64_t n, bool every_node_has_state = false);
 
   // insert(tokens[0, n), state) with the caller holding KV for [0, n), of which [0,
-  // prev_prefix_len) is already the tree's (the caller's locked prefix). Walks/splits like match,
-  // refreshing every node on the way in both lists; the caller's KV for tokens that turn out to be
-  // in the tree already (beyond prev_prefix_len) is freed (kv_freed). Then: tokens left -> a new
-  // leaf holding `state` takes them; else the end node is a tombstone -> it gets `state`; else
+  // prev_prefix_len) is already the tree's (the caller's locked prefix); n a multiple of the page
+  // size (a state off the page grid would hang on a node of another depth). Walks/splits like
+  // match, refreshing every node on the way in both lists; the caller's KV for tokens that turn out
+  // to be in the tree already (beyond prev_prefix_len) is freed (kv_freed). Then: tokens left -> a
+  // new leaf holding `state` takes them; else the end node is a tombstone -> it gets `state`; else
   // `state_exists` and the caller must free its slot. n must be > 0 and >= prev_prefix_len, `state`
   // a slot of `states`; throws statecheck::Error otherwise.
   RadixInsert insert(const int32_t* tokens, int64_t n, int32_t state, int64_t prev_prefix_len);
@@ -151,6 +160,7 @@ class RadixTree {
   const RadixNode& node(int32_t id) const { return nodes_.at(static_cast<size_t>(id)); }
   const RadixCounters& counters() const { return counters_; }
   int chunk_granularity() const { return cg_; }
+  int page_size() const { return page_; }
 
   // Appends the state slot of every node holding one (for ownership checks).
   void collect_state_slots(std::vector<std::pair<int32_t, int32_t>>& slot_node) const;
@@ -165,9 +175,12 @@ class RadixTree {
  private:
   int32_t new_node();
   void delete_node(int32_t id);
-  int32_t find_child(int32_t parent, int32_t token) const;
-  void set_child(int32_t parent, int32_t token, int32_t child);
-  void erase_child(int32_t parent, int32_t token);
+  // Children by their first page, first[0, P): by the first token when P == 1.
+  int32_t find_child(int32_t parent, const int32_t* first) const;
+  void set_child(int32_t parent, const int32_t* first, int32_t child);
+  void erase_child(int32_t parent, const int32_t* first);
+  // Common prefix of a[0, na) and b[0, nb) in whole pages, tokens.
+  int64_t common_pages(const int32_t* a, int64_t na, const int32_t* b, int64_t nb) const;
   int32_t split(int32_t child, int64_t p);
   // Evicts leaf x (KV + state), sweeps tombstone ancestors; returns KV tokens freed and sets
   // *survivor to the parent of the last deleted node.
@@ -193,9 +206,11 @@ class RadixTree {
   KvPool& kv_;
   SlotAllocator& states_;
   int cg_ = 64;
+  int page_ = 1;
   std::vector<RadixNode> nodes_;
   std::vector<int32_t> free_ids_;
-  std::unordered_map<uint64_t, int32_t> children_;  // (parent, first token) -> child
+  std::unordered_map<uint64_t, int32_t> children_;  // P == 1: (parent, first token) -> child
+  std::map<std::pair<int32_t, std::vector<int32_t>>, int32_t> paged_children_;  // P > 1
   List full_{&RadixNode::full};
   List state_{&RadixNode::stat};
   uint64_t tick_ = 0;

@@ -46,6 +46,20 @@ void CacheConfig::validate() const {
   if (chunk_granularity < 1)
     fail("cache config: chunk granularity must be >= 1, got {}", chunk_granularity);
   if (track_interval < 1) fail("cache config: track interval must be >= 1, got {}", track_interval);
+  if (page_size < 1) fail("cache config: page size must be >= 1, got {}", page_size);
+  if (state_grid() % chunk_granularity != 0 || state_grid() % page_size != 0)
+    fail("cache config: chunk granularity {} and page size {} must divide one another",
+         chunk_granularity, page_size);
+  if (page_size > 1 && strategy == CacheStrategy::no_buffer)
+    fail(
+        "cache config: page size {} needs extra_buffer (no_buffer caches at any length; SGLang "
+        "requires page size 1 there)",
+        page_size);
+  if (track_interval % state_grid() != 0)
+    fail(
+        "cache config: track interval {} is not a multiple of the state grid {} (lcm of chunk "
+        "granularity and page size)",
+        track_interval, state_grid());
   if (kv_only_match && payload)
     fail("cache config: KV-only matching restores no state; use it without payloads");
   if (payload && (shape.temporal.layers < 1 || shape.temporal.heads < 1 || shape.temporal.dv < 1 ||
@@ -60,7 +74,7 @@ StateCache::StateCache(const CacheConfig& config)
       ckpt_(config.mode == CacheMode::int8 ? config.ckpt_slots : 0, config.shape, config.scale,
             config.payload),
       tree_(kv_, config.mode == CacheMode::int8 ? ckpt_.allocator() : active_.allocator(),
-            config.chunk_granularity) {
+            config.chunk_granularity, config.page_size) {
   PolicyContext ctx;
   ctx.flops = cfg_.flops;
   ctx.kv_capacity = cfg_.kv_tokens;
@@ -298,9 +312,19 @@ int64_t StateCache::prefill_track(CacheRequest& r, const int32_t* tokens, int64_
     return -1;
   const int64_t cg = cfg_.chunk_granularity;
   int64_t len = prefix_len + extend_len / cg * cg;
-  if (r.branching_len > prefix_len && r.branching_len < prefix_len + extend_len &&
-      (r.branching_len - prefix_len) % cg == 0)
+  if (cfg_.page_size > 1) {
+    // The absolute grid of lcm(Cg, P), where an h snapshot exists (SGLang #39115).
+    const int64_t grid = cfg_.state_grid();
+    len = (prefix_len + extend_len) / grid * grid;
+    if (len <= prefix_len || (len - prefix_len) % cg != 0) len = -1;
+    if (r.branching_len > prefix_len && r.branching_len < prefix_len + extend_len &&
+        r.branching_len % grid == 0 && (r.branching_len - prefix_len) % cg == 0)
+      len = r.branching_len;
+    if (len < 0) return -1;
+  } else if (r.branching_len > prefix_len && r.branching_len < prefix_len + extend_len &&
+             (r.branching_len - prefix_len) % cg == 0) {
     len = r.branching_len;
+  }
   const int32_t slot = r.track[r.next_track];
   write_live_reference(slot, tokens, len);
   r.next_track = other_track(r.next_track, cfg_.tracking_slots());

@@ -51,6 +51,8 @@ struct CacheConfig {
   int64_t kv_tokens = 1 << 20;   // N_kv
   int chunk_granularity = 64;    // Cg (SGLang mamba_cache_chunk_size = max(64, page size))
   int track_interval = 256;      // decode track interval (SGLang mamba_track_interval)
+  int page_size = 1;             // P: the radix tree's page (SGLang page_size; under DCP the tree
+                                 // page is page_size x dcp_size while Cg stays)
   bool overlap_schedule = true;  // extra_buffer: 2 tracking slots (ping-pong), else 1
   bool payload = true;           // real state payloads (false: bookkeeping only)
   PayloadShape shape;            // per-slot payload shape
@@ -74,7 +76,13 @@ struct CacheConfig {
   }
   // Active slots a request holds while running: its live slot + tracking slots.
   int slots_per_request() const { return 1 + tracking_slots(); }
-  // Throws statecheck::Error naming the field on a non-positive size or granularity.
+  // The grid cached states sit on: lcm(Cg, P) = max(Cg, P) (one divides the other).
+  int state_grid() const { return chunk_granularity > page_size ? chunk_granularity : page_size; }
+  // Throws statecheck::Error naming the field on a non-positive size or granularity, Cg and P
+  // not dividing one another (SGLang asserts it), P > 1 under no_buffer (SGLang requires page 1
+  // there: it caches the live state at any length), or a track interval that is not a multiple
+  // of state_grid() (SGLang asserts a multiple of the page; a decode track between grid points
+  // could not be attached to a node).
   void validate() const;
 };
 
@@ -167,9 +175,13 @@ class StateCache {
 
   // ---- prefill / decode -----------------------------------------------------------------------
   // extra_buffer tracking decision for a prefill chunk [prefix_len, prefix_len + extend_len):
-  // when extend_len >= Cg, track the state at prefix_len + floor(extend_len / Cg) * Cg, or at the
-  // recorded branching point when it lies strictly inside the chunk on the Cg grid. Returns the
-  // tracked length or -1. No-op for no_buffer.
+  // page size 1: when extend_len >= Cg, track the state at prefix_len + floor(extend_len / Cg) *
+  // Cg (the kernel's h snapshots lie every Cg tokens from the chunk start), or at the recorded
+  // branching point when it lies strictly inside the chunk on the Cg grid. Page size P > 1
+  // (SGLang #34808 and #39115): track at the last point of the absolute grid G = lcm(Cg, P)
+  // inside the chunk, d = floor((prefix_len + extend_len) / G) * G, only when d > prefix_len and
+  // (d - prefix_len) % Cg == 0 (an h snapshot exists there), or at the branching point when it is
+  // such a point. Returns the tracked length or -1. No-op for no_buffer.
   int64_t prefill_track(CacheRequest& r, const int32_t* tokens, int64_t prefix_len,
                         int64_t extend_len);
   // extra_buffer decode: after processing token `seq_len` (the committed length), track the state

@@ -10,6 +10,7 @@
 
 #include "core/drive/states_file.h"
 #include "core/io/hdf5_file.h"
+#include "core/io/hdf5_isolated.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
 
@@ -43,7 +44,7 @@ std::string tensor_name(int layer, const std::string& what) {
 
 FloatArray read_tensor(const std::string& path, bool hdf5, const std::string& name,
                        const ShapeCheck& check) {
-  return hdf5 ? read_hdf5_array(path, name, check) : read_safetensors(path, name, check);
+  return hdf5 ? read_hdf5_array_isolated(path, name, check) : read_safetensors(path, name, check);
 }
 
 std::vector<size_t> tensor_shape(const std::string& path, bool hdf5, const std::string& name) {
@@ -76,7 +77,7 @@ float parse_inputs_scale(const std::string& path, const std::string& text) {
 InputsFile::InputsFile(const std::string& path, const ModelConfig& m) : path_(path) {
   hdf5_ = has_hdf5_signature(path);
   const std::map<std::string, std::string> meta =
-      hdf5_ ? hdf5_root_attributes(path) : safetensors_metadata(path);
+      hdf5_ ? hdf5_root_attributes_isolated(path) : safetensors_metadata(path);
   auto required = [&](const char* key) -> const std::string& {
     const auto it = meta.find(key);
     if (it == meta.end())
@@ -101,7 +102,7 @@ InputsFile::InputsFile(const std::string& path, const ModelConfig& m) : path_(pa
 
   // Every name in the file: layers.{i}.{tensor} of a linear layer i and a known tensor only.
   const std::vector<std::string> names =
-      hdf5_ ? hdf5_dataset_names(path) : safetensors_tensor_names(path);
+      hdf5_ ? hdf5_dataset_names_isolated(path) : safetensors_tensor_names(path);
   const std::set<int> linear(layers_.begin(), layers_.end());
   std::set<std::string> present;
   for (const std::string& n : names) {

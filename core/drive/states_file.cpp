@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/io/hdf5_file.h"
+#include "core/io/hdf5_isolated.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
 
@@ -29,6 +30,38 @@ bool has_hdf5_signature(const std::string& path) {
 }
 
 namespace {
+
+// What the first bytes say the file is. safetensors: an 8-byte little-endian header length N
+// >= 2, then the JSON header, which starts with '{' (safetensors README, "Format").
+enum class StatesFormat { hdf5, safetensors, neither };
+
+StatesFormat detect_format(const std::string& path, std::string& why) {
+  if (has_hdf5_signature(path)) return StatesFormat::hdf5;
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  if (size == 0) {
+    why = "it is empty (0 bytes)";
+    return StatesFormat::neither;
+  }
+  unsigned char head[9] = {};
+  in.read(reinterpret_cast<char*>(head), 9);
+  const size_t got = static_cast<size_t>(in.gcount());
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | head[i];
+  // A '{' after the length is safetensors even when the length runs past the end: the reader
+  // then says the file is truncated.
+  if (got == 9 && len >= 2 && head[8] == '{') return StatesFormat::safetensors;
+  std::string first;
+  for (size_t i = 0; i < std::min<size_t>(got, 8); ++i) first += fmt::format("{:02x}", head[i]);
+  why = fmt::format(
+      "{} bytes starting {}: no HDF5 signature, and no 8-byte length followed by a "
+      "JSON header",
+      size, first);
+  return StatesFormat::neither;
+}
+
 std::string shape_str(const std::vector<size_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -125,9 +158,14 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
   std::ifstream probe(path, std::ios::binary);
   if (!probe) fail("{}: cannot open states file", path);
   probe.close();
-  const bool hdf5 = has_hdf5_signature(path);
+  std::string why;
+  const StatesFormat format = detect_format(path, why);
+  if (format == StatesFormat::neither)
+    fail("{}: neither an HDF5 nor a safetensors file ({})", path, why);
+  const bool hdf5 = format == StatesFormat::hdf5;
+  // HDF5 is parsed by libhdf5, which a damaged file can crash: in a child process.
   const auto read = [&](const std::string& name, const ShapeCheck& check) {
-    return hdf5 ? read_hdf5_array(path, name, check) : read_safetensors(path, name, check);
+    return hdf5 ? read_hdf5_array_isolated(path, name, check) : read_safetensors(path, name, check);
   };
   const size_t L = m.linear_layer_count(), HV = m.value_heads_shard(), dv = m.head_v_dim,
                dk = m.head_k_dim;
@@ -137,7 +175,7 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
 
   // Which tensors: one (named, "state" or the only one) or one per layer (a pattern with {i}).
   const std::vector<std::string> names =
-      hdf5 ? hdf5_dataset_names(path) : safetensors_tensor_names(path);
+      hdf5 ? hdf5_dataset_names_isolated(path) : safetensors_tensor_names(path);
   std::string single = key, pattern;
   if (key.find("{i}") != std::string::npos) {
     single.clear();
@@ -191,7 +229,7 @@ std::vector<MultiLayerState> read_states_file(const std::string& path, const Mod
       std::vector<std::pair<int, std::string>> out;
       for (int i : indices) {
         const std::string n = pre + std::to_string(i) + post;
-        if (!hdf5_has_dataset(path, n)) return std::vector<std::pair<int, std::string>>{};
+        if (!hdf5_has_dataset_isolated(path, n)) return std::vector<std::pair<int, std::string>>{};
         out.push_back({i, n});
       }
       return out;

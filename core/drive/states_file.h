@@ -25,11 +25,13 @@ namespace statecheck {
 bool has_hdf5_signature(const std::string& path);
 
 // Reads the states of `path` (format by content: the HDF5 signature at byte 0 or after a user
-// block at 512 * 2^k, else safetensors) and checks their shape against the model at its TP shard:
-// L == linear layers, HV == value heads per shard, d_v, d_k. `key`: a tensor name, a pattern with
-// one "{i}", or "" (the rules above). Throws statecheck::Error with one line naming the file and
-// the mismatching axis (suggesting --tp when HV matches another TP degree), or, when no tensor
-// fits, naming at most four of the tensors found and the --states-key to give. Returns one
+// block at 512 * 2^k; safetensors: an 8-byte header length and a header that starts with '{';
+// anything else is refused as neither, quoting its size and first bytes; HDF5 is parsed in a child
+// process, core/io/hdf5_isolated.h) and checks their shape against the model at its TP shard: L ==
+// linear layers, HV == value heads per shard, d_v, d_k. Throws statecheck::Error naming the file
+// and the mismatching axis (and suggesting
+// --tp when HV matches another TP degree). `key`: a tensor name, a pattern with one "{i}", or "" (the rules above); when no tensor fits, the
+// error names at most four of the tensors found and the --states-key to give. Returns one
 // MultiLayerState per state (N >= 1).
 std::vector<MultiLayerState> read_states_file(const std::string& path, const ModelConfig& model,
                                               const std::string& key = "");

@@ -1,6 +1,7 @@
 #include "core/io/hdf5_file.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -345,13 +346,25 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
   FloatArray out;
   out.name = name;
   out.shape.assign(dims.begin(), dims.end());
-  size_t n = 1;
+  hid_t type = H5Dget_type(ds);
+  const size_t elem = type >= 0 ? H5Tget_size(type) : 0;
+  const H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+  auto close_all = [&] {
+    if (type >= 0) H5Tclose(type);
+    H5Sclose(space);
+    H5Dclose(ds);
+  };
+  // The bytes the dataset declares, bounded before anything is allocated: at most
+  // kHdf5MaxReadBytes (the product is checked without overflow).
+  uint64_t n = 1;
+  const uint64_t cap_elems = kHdf5MaxReadBytes / std::max<uint64_t>(elem, 4);
   for (auto d : dims) {
-    if (d != 0 && n > (size_t(1) << 34) / d) {
-      H5Sclose(space);
-      H5Dclose(ds);
-      fail("{}: dataset '{}' declares more than 2^34 elements: not a state file this tool can hold",
-           path, name);
+    if (d != 0 && n > cap_elems / d) {
+      close_all();
+      fail(
+          "{}: dataset '{}' declares more than {} bytes of data (the read limit): not a state "
+          "file this tool can hold",
+          path, name, kHdf5MaxReadBytes);
     }
     n *= d;
   }
@@ -359,8 +372,7 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
     try {
       check(name, out.shape);
     } catch (...) {
-      H5Sclose(space);
-      H5Dclose(ds);
+      close_all();
       throw;
     }
   }
@@ -368,10 +380,10 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
   const int filters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : 0;
   auto refuse = [&](const std::string& why) {
     if (dcpl >= 0) H5Pclose(dcpl);
-    H5Sclose(space);
-    H5Dclose(ds);
+    close_all();
     fail("{}: dataset '{}' {}", path, name, why);
   };
+  if (type < 0 || elem == 0) refuse("has a datatype that cannot be read");
   // Data in external files (which could be anything, a FIFO included) are not read; nor are
   // virtual datasets, whose missing sources read as fill values.
   if (dcpl >= 0 && H5Pget_external_count(dcpl) > 0)
@@ -379,23 +391,85 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
   const H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
   if (layout == H5D_VIRTUAL)
     refuse("is a virtual dataset (its data live in other files); store the data in the file");
+  if (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED)
+    refuse("has a storage layout that cannot be read (expected compact, contiguous or chunked)");
+  // What the stored bytes must be, by layout (HDF5 file format specification, "Data Layout
+  // Message"), checked here because libhdf5 trusts them: a compact dataset whose stored size is
+  // smaller than its dataspace makes H5Dread copy past the message (a crash), a contiguous one
+  // whose extent runs past the end of the file reads what is not there, and chunk records that
+  // point outside the file or claim more bytes than a chunk holds make it allocate or read
+  // without bound.
+  const uint64_t declared = n * elem;  // <= kHdf5MaxReadBytes by the loop above
+  const uint64_t file_size = std::filesystem::file_size(path);
   // Declared but never written: reading would return fill values. A chunked dataset must hold
   // every one of its chunks (a compressed one is "partly allocated" by its storage size even when
   // complete, so the chunks are counted); another one must be allocated in full.
   if (n > 0 && layout == H5D_CHUNKED) {
     std::vector<hsize_t> chunk(dims.size());
     hsize_t stored = 0, expected = 1;
-    if (H5Pget_chunk(dcpl, rank, chunk.data()) != rank || H5Dget_num_chunks(ds, space, &stored) < 0)
+    if (rank < 1 || H5Pget_chunk(dcpl, rank, chunk.data()) != rank ||
+        H5Dget_num_chunks(ds, space, &stored) < 0)
       refuse("has a chunk layout that cannot be read");
-    for (int d = 0; d < rank; ++d) expected *= (dims[d] + chunk[d] - 1) / chunk[d];
+    uint64_t chunk_bytes = elem;
+    for (int d = 0; d < rank; ++d) {
+      if (chunk[d] == 0) refuse("has a chunk dimension of 0");
+      expected *= (dims[d] + chunk[d] - 1) / chunk[d];
+      if (chunk[d] > kHdf5MaxReadBytes / chunk_bytes)
+        refuse(fmt::format("declares chunks larger than the read limit of {} bytes",
+                           kHdf5MaxReadBytes));
+      chunk_bytes *= chunk[d];
+    }
     if (stored != expected)
       refuse(fmt::format("declares {} elements in {} chunks, of which only {} are stored", n,
                          expected, stored));
+    // Every chunk record: inside the file, and (unfiltered) exactly one chunk's bytes; filtered
+    // chunks decompress to at most one chunk each, and deflate, the filter HDF5 ships, expands at
+    // most 1032:1 (zlib technical notes), so the declared bytes must be within that of the file.
+    if (filters > 0 && declared / 1032 > file_size)
+      refuse(
+          fmt::format("declares {} bytes, more than 1032 times the file's {} bytes (deflate's "
+                      "largest ratio)",
+                      declared, file_size));
+    if (filters == 0 && expected > file_size / std::max<uint64_t>(chunk_bytes, 1))
+      refuse(fmt::format("declares {} chunks of {} bytes, more than the file's {} bytes", expected,
+                         chunk_bytes, file_size));
+    // (libhdf5 1.10 finds chunk record c by walking the index from its start, so the records
+    // are checked one by one only up to 4096 chunks; beyond, the process limit of
+    // hdf5_isolated.h bounds what a lying record can cost.)
+    std::vector<hsize_t> origin(dims.size());
+    for (hsize_t c = 0; c < std::min<hsize_t>(stored, 4096); ++c) {
+      unsigned mask = 0;
+      haddr_t at = HADDR_UNDEF;
+      hsize_t size = 0;
+      if (H5Dget_chunk_info(ds, space, c, origin.data(), &mask, &at, &size) < 0)
+        refuse(fmt::format("has a chunk record {} that cannot be read", c));
+      if (at == HADDR_UNDEF || at > file_size || size > file_size - at)
+        refuse(fmt::format("has chunk {} of {} bytes at {} past the end of the file ({} bytes)", c,
+                           size, at, file_size));
+      if (filters == 0 && size != chunk_bytes)
+        refuse(fmt::format("has chunk {} of {} bytes; an unfiltered chunk holds {}", c, size,
+                           chunk_bytes));
+    }
   } else if (n > 0) {
     H5D_space_status_t allocated = H5D_SPACE_STATUS_ERROR;
     if (H5Dget_space_status(ds, &allocated) < 0 || allocated != H5D_SPACE_STATUS_ALLOCATED)
       refuse(fmt::format("declares {} elements but its data were {} written", n,
                          allocated == H5D_SPACE_STATUS_PART_ALLOCATED ? "only partly" : "never"));
+  }
+  if (n > 0 && (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS)) {
+    if (filters > 0) refuse("is not chunked but declares compression filters");
+    const uint64_t stored = H5Dget_storage_size(ds);
+    if (stored != declared)
+      refuse(fmt::format("declares {} elements of {} bytes ({} bytes) but stores {} bytes", n, elem,
+                         declared, stored));
+    if (stored > file_size)
+      refuse(fmt::format("stores {} bytes, more than the file's {} bytes", stored, file_size));
+    if (layout == H5D_CONTIGUOUS) {
+      const haddr_t at = H5Dget_offset(ds);
+      if (at == HADDR_UNDEF || at > file_size || stored > file_size - at)
+        refuse(fmt::format("has its {} bytes of data past the end of the file ({} bytes)", stored,
+                           file_size));
+    }
   }
   // A compression filter this HDF5 build lacks: say so instead of a failed read.
   for (int f = 0; f < filters; ++f) {
@@ -408,10 +482,28 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
       refuse(fmt::format("needs HDF5 filter {} ('{}'), which this build cannot decode",
                          static_cast<int>(id), fname));
   }
+  // A dtype attribute must agree with the stored type (the safetensors reader refuses the same
+  // mislabel): "bf16" names 16-bit integers holding bf16 bits, "f32"/"float32" and
+  // "f64"/"float64" name floats of that size.
+  const std::string label = read_string_attr(ds, "dtype");
+  std::string lower;
+  for (char c : label) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool is_bf16 = lower == "bf16" || lower == "bfloat16";
+  if (!label.empty()) {
+    const bool is_f32 = lower == "f32" || lower == "float32";
+    const bool is_f64 = lower == "f64" || lower == "float64";
+    const std::string stored_as = cls == H5T_FLOAT     ? fmt::format("float{}", 8 * elem)
+                                  : cls == H5T_INTEGER ? fmt::format("int{}", 8 * elem)
+                                                       : "another type";
+    const bool agrees = (is_bf16 && cls == H5T_INTEGER && elem == 2) ||
+                        (is_f32 && cls == H5T_FLOAT && elem == 4) ||
+                        (is_f64 && cls == H5T_FLOAT && elem == 8);
+    if (!agrees)
+      refuse(fmt::format("is labelled dtype=\"{}\" but stored as {}: mislabelled", printable(label),
+                         stored_as));
+  }
   if (dcpl >= 0) H5Pclose(dcpl);
-  hid_t type = H5Dget_type(ds);
-  const H5T_class_t cls = H5Tget_class(type);
-  const size_t size = H5Tget_size(type);
+  const size_t size = elem;
   herr_t status = -1;
   std::vector<double> f64;
   if (cls == H5T_FLOAT && size == 4) {
@@ -424,7 +516,7 @@ FloatArray read_hdf5_array(const std::string& path, const std::string& wanted,
     out.dtype = "F64";
     f64.resize(n);
     status = H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, f64.data());
-  } else if (cls == H5T_INTEGER && size == 2 && read_string_attr(ds, "dtype") == "bf16") {
+  } else if (cls == H5T_INTEGER && size == 2 && is_bf16) {
     // The bits as stored, signed or not (torch's bf16 viewed as int16 is signed): a memory type
     // of the same signedness keeps them (HDF5 would clamp negative int16 to 0 as uint16).
     out.dtype = "BF16";

@@ -82,13 +82,25 @@ struct FloatArray {
 // caller can refuse a shape it cannot use before paying for the read; throws to refuse.
 using ShapeCheck = std::function<void(const std::string& name, const std::vector<size_t>& shape)>;
 
+// The most bytes of stored data one dataset read may ask for: 8 GiB (2^31 fp32 values, 4096
+// times the largest state of a shipped model), so that a read and its fp32 copy fit a 24 GiB
+// machine. A real states file is far below it.
+inline constexpr uint64_t kHdf5MaxReadBytes = uint64_t{8} << 30;
+
 // Reads one floating-point dataset from an HDF5 file: `name` if given, else "state" if present,
 // else the only dataset at the root. fp32 and fp64 datasets are read as fp32 (fp64 values beyond
 // the fp32 range are an error); 16-bit integer datasets (signed or not) with attribute
-// dtype="bf16" as bf16 bits. Throws statecheck::Error naming the file and dataset (unreadable
-// file, no such dataset, several candidates, unsupported type, data never written, a chunked
-// dataset with chunks never written, data in external files, a virtual dataset, a compression
-// filter this build lacks), or whatever `check` throws.
+// dtype="bf16" (or "bfloat16") as bf16 bits. Before any data are read the dataset's storage is
+// checked against its dataspace and datatype, since libhdf5 trusts it: declared bytes at most
+// kHdf5MaxReadBytes; compact and contiguous: stored size == elements x element size, inside the
+// file; chunked: every chunk stored, chunk records inside the file and (unfiltered) one chunk's
+// bytes each, filtered data at most 1032 times the file size (deflate's largest ratio). Throws
+// statecheck::Error naming the file and dataset (unreadable file, no such dataset, several
+// candidates, unsupported type, a dtype attribute that disagrees with the stored type, data never
+// written, a storage check above failing, data in external files, a virtual dataset, a
+// compression filter this build lacks), or whatever `check` throws. A damaged file can still make
+// libhdf5 itself crash or allocate without bound while parsing its metadata: untrusted files go
+// through read_hdf5_array_isolated (core/io/hdf5_isolated.h).
 FloatArray read_hdf5_array(const std::string& path, const std::string& name = "",
                            const ShapeCheck& check = nullptr);
 

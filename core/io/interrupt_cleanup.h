@@ -1,9 +1,11 @@
-// What an interrupted run leaves behind: nothing it created. A result is written to NAME.partial
-// (in folders created for it) and renamed into place on commit; if the process is stopped by
-// SIGINT, SIGTERM or SIGHUP first, the handler installed here removes the registered partial
-// files and then the registered folders that are empty, and the process dies of the same signal
-// (exit status 128 + signal in a shell). Results already committed, and earlier results at the
-// final names, are never touched.
+// What an interrupted or crashed run leaves behind: nothing it created. A result is written to
+// NAME.partial (in folders created for it) and renamed into place on commit; if the process is
+// stopped by SIGINT, SIGTERM or SIGHUP first, the handler installed here removes the registered
+// partial files and then the registered folders that are empty, and the process dies of the same
+// signal (exit status 128 + signal in a shell). A fault (SIGSEGV, SIGBUS, SIGABRT, SIGFPE,
+// SIGILL) is cleaned up the same way, on an alternate stack (a stack overflow too), and then
+// handed to the action installed before (the default, or a sanitizer's reporter). Results already
+// committed, and earlier results at the final names, are never touched.
 //
 // Registration is for the thread that writes results (the main thread); the handler uses only
 // async-signal-safe calls (unlink, rmdir, sigaction, raise). At most kInterruptCleanupSlots
@@ -17,9 +19,13 @@ namespace statecheck {
 
 inline constexpr int kInterruptCleanupSlots = 256;
 
-// Installs the handler for SIGINT, SIGTERM and SIGHUP (idempotent). Called once by the command
-// line before any work.
+// Installs the handlers for SIGINT, SIGTERM, SIGHUP and the faults (idempotent). Called once by
+// the command line before any work.
 void install_interrupt_cleanup();
+
+// For a forked child that must not touch its parent's files: forgets every registration and
+// puts the default action back on every signal above (the child's own crash is then its own).
+void forget_interrupt_cleanup();
 
 // Registers `path` (a file to unlink, or a folder to remove if empty) and returns its id, or -1
 // when it cannot be registered. A folder created inside another is registered after it.

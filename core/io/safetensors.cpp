@@ -48,6 +48,9 @@ Header read_header(const std::string& path, std::ifstream& in) {
         path, h.header_len, h.file_size);
   std::string header(h.header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(h.header_len));
+  // The JSON parser stops at a NUL byte; the format pads a header with spaces, never NULs.
+  if (const size_t nul = header.find('\0'); nul != std::string::npos)
+    fail("{}: header has a NUL byte at offset {} (the format pads with spaces)", path, nul + 8);
   // A tensor named twice would leave the last entry to describe it: refused. Only the top-level
   // keys are tensor names.
   JsonRepeatedKey repeated;

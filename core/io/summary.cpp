@@ -33,6 +33,9 @@ std::vector<ThresholdRow> load_thresholds(const std::string& path) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // Duplicate keys would let a later entry silently replace an earlier limit: refused, naming the
   // object they repeat in.
+  // The JSON parser stops at a NUL byte, which would hide whatever follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    fail("{}: a NUL byte at offset {}: not a JSON text", path, nul);
   JsonRepeatedKey repeated;
   json j;
   try {

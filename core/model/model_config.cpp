@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -160,6 +161,13 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
     m.num_value_heads = get_int(j, "linear_num_value_heads", origin, where);
     m.head_k_dim = get_int(j, "linear_key_head_dim", origin, where);
     m.head_v_dim = get_int(j, "linear_value_head_dim", origin, where);
+    // transformers' Qwen3NextConfig defaults linear_conv_kernel_dim to 4 (and so the engines
+    // that load the config through it): the same here, said on stderr.
+    if (!j.contains("linear_conv_kernel_dim") || j["linear_conv_kernel_dim"].is_null())
+      std::fprintf(stderr,
+                   "statecheck: note: %s: no '%slinear_conv_kernel_dim'; using 4, the default of "
+                   "transformers' Qwen3NextConfig\n",
+                   printable(origin).c_str(), where.c_str());
     m.conv_width = get_int_or(j, "linear_conv_kernel_dim", 4, origin, where);
     m.conv_layout = ConvLayout::channels_first;
     m.full_attention.kind = FullAttentionSpec::Kind::mha;
@@ -196,7 +204,9 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
     const std::string lw = where + "linear_attn_config.";
     m.num_key_heads = m.num_value_heads = get_int(lin, "num_heads", origin, lw);
     m.head_k_dim = m.head_v_dim = get_int(lin, "head_dim", origin, lw);
-    m.conv_width = get_int_or(lin, "short_conv_kernel_size", 4, origin, lw);
+    // No default: Kimi-Linear's modelling code and the engines (vLLM, SGLang) index
+    // linear_attn_config["short_conv_kernel_size"] directly, so a config without it fails there.
+    m.conv_width = get_int(lin, "short_conv_kernel_size", origin, lw);
     m.conv_layout = ConvLayout::window_first;
     const std::vector<int> full = get_int_list(lin, "full_attn_layers", origin, lw);
     for (size_t i = 0; i < full.size(); ++i) {
@@ -289,11 +299,15 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
     if (v <= 0) fail("{}: field '{}' must be positive, got {}", origin, field, v);
   };
   positive(m.num_layers, "num_layers");
-  positive(m.num_key_heads, "num_key_heads");
-  positive(m.num_value_heads, "num_value_heads");
-  positive(m.head_k_dim, "head_k_dim");
-  positive(m.head_v_dim, "head_v_dim");
-  positive(m.conv_width, "conv_width");
+  positive(m.num_key_heads, "linear.num_key_heads");
+  positive(m.num_value_heads, "linear.num_value_heads");
+  positive(m.head_k_dim, "linear.head_k_dim");
+  positive(m.head_v_dim, "linear.head_v_dim");
+  // The conv state keeps the last W - 1 inputs: W = 1 leaves no state (a 1-wide conv is a
+  // per-channel scale), which no model here has and the pools cannot hold.
+  if (m.conv_width < 2)
+    fail("{}: field 'linear.conv_width' must be >= 2 (the conv state holds W - 1 inputs), got {}",
+         origin, m.conv_width);
   positive(m.default_tp, "default_tp");
   positive(m.tp, "tp");
   // A Hugging Face config's name is its '_name_or_path', else its 'model_type'.
@@ -324,17 +338,19 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   auto at_most = [&](int v, int limit, const char* field) {
     if (v > limit) fail("{}: field '{}' = {} is larger than {}", origin, field, v, limit);
   };
-  at_most(m.num_key_heads, 8192, "num_key_heads");
-  at_most(m.num_value_heads, 8192, "num_value_heads");
-  at_most(m.head_k_dim, 4096, "head_k_dim");
-  at_most(m.head_v_dim, 4096, "head_v_dim");
-  at_most(m.conv_width, 64, "conv_width");
+  at_most(m.num_key_heads, 8192, "linear.num_key_heads");
+  at_most(m.num_value_heads, 8192, "linear.num_value_heads");
+  at_most(m.head_k_dim, 4096, "linear.head_k_dim");
+  at_most(m.head_v_dim, 4096, "linear.head_v_dim");
+  at_most(m.conv_width, 64, "linear.conv_width");
   // One layer's state beyond 2^24 elements (64 MiB in fp32; real models hold 2^19) is a typing
   // mistake, and the experiments would fail on allocation instead of naming the fields.
   if (uint64_t(m.num_value_heads) * uint64_t(m.head_v_dim) * uint64_t(m.head_k_dim) >
       (uint64_t(1) << 24))
     fail(
-        "{}: one layer's state, num_value_heads x head_v_dim x head_k_dim = {} x {} x {}, has "
+        "{}: one layer's state, linear.num_value_heads x linear.head_v_dim x linear.head_k_dim = "
+        "{} x "
+        "{} x {}, has "
         "more than 2^24 elements",
         origin, m.num_value_heads, m.head_v_dim, m.head_k_dim);
   if (!(m.params_billion >= 0) || !(m.params_billion <= 1e5))
@@ -345,8 +361,11 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
          m.ssm_dtype);
   if (m.linear_layers.empty()) fail("{}: the model has no linear-attention layers", origin);
   if (m.num_value_heads % m.num_key_heads != 0)
-    fail("{}: num_value_heads ({}) is not a multiple of num_key_heads ({}) (GVA needs HV % H == 0)",
-         origin, m.num_value_heads, m.num_key_heads);
+    fail(
+        "{}: linear.num_value_heads ({}) is not a multiple of linear.num_key_heads ({}) (GVA needs "
+        "HV "
+        "% H == 0)",
+        origin, m.num_value_heads, m.num_key_heads);
   if (m.num_key_heads % m.tp != 0 || m.num_value_heads % m.tp != 0) {
     std::string valid;  // the TP degrees that shard this model's heads
     for (int t = 1; t <= m.num_key_heads; ++t)
@@ -445,6 +464,9 @@ ModelConfig load_model(const std::string& name_or_path, int tp) {
   if (!in) fail("{}: cannot open model config", path.string());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) fail("{}: read error", path.string());
+  // The JSON parser stops at a NUL byte, which would hide whatever follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    fail("{}: a NUL byte at offset {}: not a JSON text", path.string(), nul);
   json j;
   try {
     j = json::parse(text);  // the whole file: text after the JSON value is an error

@@ -89,7 +89,9 @@ std::vector<std::string> shipped_model_names();
 // The data directory: $STATECHECK_DATA_DIR if set, else <source tree>/data.
 std::string data_dir();
 
-// Checks the consistency rules above; throws statecheck::Error naming `origin` and the field.
+// Checks the consistency rules above; throws statecheck::Error naming `origin` and the field,
+// spelled as in the statecheck schema whatever the file's schema ("linear.num_value_heads" also
+// for a Hugging Face linear_num_value_heads): one spelling per field. conv_width must be >= 2.
 void validate_model(const ModelConfig& m, const std::string& origin);
 
 // The recurrence shape of one linear-attention layer of `m` at its TP shard (key and value heads

@@ -8,8 +8,15 @@
 //
 // Malformed lines (bad JSON, a missing or mistyped field, a negative length or timestamp, a hash
 // list that does not match input_length) are never dropped silently: under BadLines::reject the
-// first one raises statecheck::Error "FILE:LINE: reason"; under BadLines::skip each is recorded
-// (line number + reason) in Trace::skipped and reported by the caller.
+// first one raises statecheck::Error "FILE:LINE: reason"; under BadLines::skip each is counted by
+// the kind of its reason, and the first kTraceSkippedKept of each kind are kept (line number +
+// reason) in Trace::skipped for the caller to report: memory stays bounded however many lines
+// are bad. A NUL byte anywhere in a line is a malformed line (JSON has none, and the JSON parser
+// would stop reading at it).
+//
+// Total size: the prompt and output tokens of the valid lines are summed; a trace whose total
+// exceeds `max_total_tokens` is refused after the whole file has been counted (its requests are
+// no longer stored once the cap is passed), with the total it needs.
 //
 // Token mapping (prompt_tokens): position j (0..511) of a block with hash h becomes token id
 // h * 512 + j, so equal hash prefixes are equal token prefixes and different blocks never share a
@@ -19,6 +26,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +39,14 @@ constexpr int64_t kTraceMaxHashId = (int64_t{1} << 22) - 1;
 // work grows with its square.
 constexpr int64_t kTraceMaxTokens = int64_t{1} << 21;
 
+// Skipped lines kept with their reason, per kind of reason.
+constexpr int kTraceSkippedKept = 5;
+// Default cap on a trace's prompt + output tokens: 2^30. The replay holds about 4 bytes per
+// token per run (a trace of 200 prompts of 2^21 tokens, 4.2e8 tokens, took 1.7 GB), so 2^30
+// tokens need about 4-8 GiB and fit a 24 GiB machine; the shipped conversation trace has
+// 1.5e8.
+constexpr int64_t kTraceDefaultMaxTotalTokens = int64_t{1} << 30;
+
 struct TraceRequest {
   int64_t line = 0;  // 1-based line in the file
   double timestamp_ms = 0.0;
@@ -41,7 +57,15 @@ struct TraceRequest {
 
 struct TraceIssue {
   int64_t line = 0;
-  std::string reason;
+  std::string kind;    // the kind of reason, e.g. "bad JSON", "missing field 'timestamp'"
+  std::string reason;  // the full reason, with the values quoted
+};
+
+// Skipped lines of one kind of reason: how many, and the first line numbers (at most
+// kTraceSkippedKept).
+struct TraceSkipCount {
+  int64_t count = 0;
+  std::vector<int64_t> first_lines;
 };
 
 enum class BadLines { reject, skip };
@@ -50,15 +74,21 @@ BadLines parse_bad_lines(const std::string& s);  // "reject" | "skip"; Error oth
 struct Trace {
   std::string origin;                  // file path (or a label)
   std::vector<TraceRequest> requests;  // in file order
-  std::vector<TraceIssue> skipped;     // malformed lines skipped under BadLines::skip
-  bool reordered = false;              // timestamps were not non-decreasing: requests were stably
-                                       // sorted by timestamp (arrival order)
+  std::vector<TraceIssue> skipped;     // the first kTraceSkippedKept skipped lines of each kind
+  std::map<std::string, TraceSkipCount> skipped_by_kind;  // every skipped line, by kind
+  int64_t skipped_count = 0;                              // lines skipped in all
+  int64_t total_tokens = 0;  // prompt + output tokens of the valid lines
+  bool reordered = false;    // timestamps were not non-decreasing: requests were stably
+                             // sorted by timestamp (arrival order)
 };
 
-// Parses a trace from a stream; `origin` names it in messages. See the file comment for errors.
-Trace parse_mooncake_trace(std::istream& in, const std::string& origin, BadLines policy);
+// Parses a trace from a stream; `origin` names it in messages. See the file comment for errors;
+// a trace over `max_total_tokens` throws statecheck::Error naming its total and the cap.
+Trace parse_mooncake_trace(std::istream& in, const std::string& origin, BadLines policy,
+                           int64_t max_total_tokens = kTraceDefaultMaxTotalTokens);
 // Reads a trace file. Throws statecheck::Error naming the file when it cannot be opened.
-Trace load_mooncake_trace(const std::string& path, BadLines policy);
+Trace load_mooncake_trace(const std::string& path, BadLines policy,
+                          int64_t max_total_tokens = kTraceDefaultMaxTotalTokens);
 
 // The prompt's token ids (input_length of them) under the block mapping above.
 std::vector<int32_t> trace_prompt_tokens(const TraceRequest& r);
