@@ -546,7 +546,8 @@ void record_gaps(const ReplayResult& r, Summary& summary) {
 // replay.sweep.f<f>.<policy>.<mode>.token_hit_rate.
 void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   const double kSweep[] = {1.0 / 64, 1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1.0};
-  const ReplayTrace trace = load_replay_trace(trace_path(o), o.trace_bad_lines, o.quick);
+  const ReplayTrace trace = load_replay_trace(trace_path(o), o.trace_bad_lines, o.quick,
+                                                o.trace_max_tokens);
   const std::vector<TraceRequest>& reqs = trace.requests;
   const StateDtypes dt = options_dtypes(o);
   const ReplayPools full = replay_pools(o, m);
