@@ -95,6 +95,10 @@ TEST(CachePolicies, CyclicScanHandCounts) {
   EXPECT_EQ(paging_hits(PolicyKind::marconi, kCyclic, 2, len), 0);
   EXPECT_EQ(paging_hits(PolicyKind::s3fifo, kCyclic, 2, len), 1);
   EXPECT_EQ(paging_hits(PolicyKind::belady, kCyclic, 2, len), 3);
+  // bip (no MRU draw among its first 8 with the fixed seed, so LIP): 0 and 1 enter at the LRU
+  // end; 2 evicts 1 (newest LRU insert); 0 hits and moves to MRU; 1 and 2 then evict each other
+  // while 0 stays: 0 hits at requests 3 and 6, 2 hits.
+  EXPECT_EQ(paging_hits(PolicyKind::bip, kCyclic, 2, len), 2);
 }
 
 // A long prefix L (64 tokens) and two short ones (16) over 2 slots, L S1 S2 repeated 3 times.

@@ -18,20 +18,24 @@ const char* policy_name(PolicyKind p) {
       return "s3fifo";
     case PolicyKind::belady:
       return "belady";
+    case PolicyKind::bip:
+      return "bip";
   }
   return "?";
 }
 
 std::vector<PolicyKind> all_policies() {
-  return {PolicyKind::lru, PolicyKind::lru_used, PolicyKind::marconi, PolicyKind::s3fifo,
-          PolicyKind::belady};
+  return {PolicyKind::lru,    PolicyKind::lru_used, PolicyKind::marconi,
+          PolicyKind::s3fifo, PolicyKind::belady,   PolicyKind::bip};
 }
 
 PolicyKind parse_policy(const std::string& s) {
   for (PolicyKind p : all_policies())
     if (s == policy_name(p)) return p;
-  fail("--policy: unknown eviction policy '{}' (expected lru, lru-used, marconi, s3fifo or belady)",
-       s);
+  fail(
+      "--policy: unknown eviction policy '{}' (expected lru, lru-used, marconi, s3fifo, belady or "
+      "bip)",
+      s);
 }
 
 std::vector<PolicyKind> parse_policy_list(const std::string& s) {
@@ -81,6 +85,8 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(PolicyKind kind, const Poli
       return make_s3fifo_policy(ctx);
     case PolicyKind::belady:
       return make_belady_policy(ctx);
+    case PolicyKind::bip:
+      return make_bip_policy();
   }
   return nullptr;
 }

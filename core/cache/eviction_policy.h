@@ -23,9 +23,9 @@ namespace statecheck {
 class RadixTree;
 class NextUseIndex;
 
-enum class PolicyKind { lru, lru_used, marconi, s3fifo, belady };
+enum class PolicyKind { lru, lru_used, marconi, s3fifo, belady, bip };
 
-// "lru" | "lru-used" | "marconi" | "s3fifo" | "belady".
+// "lru" | "lru-used" | "marconi" | "s3fifo" | "belady" | "bip".
 const char* policy_name(PolicyKind p);
 // Parses one name; statecheck::Error listing the valid names otherwise.
 PolicyKind parse_policy(const std::string& s);
@@ -100,6 +100,7 @@ std::unique_ptr<EvictionPolicy> make_lru_used_policy();
 std::unique_ptr<EvictionPolicy> make_marconi_policy(const PolicyContext& ctx, double alpha);
 std::unique_ptr<EvictionPolicy> make_s3fifo_policy(const PolicyContext& ctx);
 std::unique_ptr<EvictionPolicy> make_belady_policy(const PolicyContext& ctx);
+std::unique_ptr<EvictionPolicy> make_bip_policy();
 
 // 64-bit FNV-1a hash of tokens[0, n) (the prefix key of s3fifo's ghost queue and the next-use
 // index).
