@@ -392,6 +392,12 @@ void bench_working_state(const Options& o, GpuTimer& timer, std::vector<Row>& ro
           HostWsBatch check = hb;
           check.slot_ids.resize(nv);
           check.cu_seqlens.resize(nv + 1);
+          // The first nv sequences hold the first nv tokens (one token each).
+          check.q.resize(static_cast<size_t>(nv) * sh.H * dk);
+          check.k.resize(check.q.size());
+          check.v.resize(static_cast<size_t>(nv) * sh.HV * dv);
+          check.g.resize(static_cast<size_t>(nv) * sh.HV * (sh.gate == GateKind::kda ? dk : 1));
+          check.beta.resize(static_cast<size_t>(nv) * sh.HV);
           std::vector<uint16_t> o_ref(static_cast<size_t>(nv) * sh.HV * dv, 0xFFFF);
           if (!ws_decode_reference(check, o_ref).empty())
             fail("bench: the working-state reference refused a head: no speed reported");

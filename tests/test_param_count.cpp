@@ -88,7 +88,8 @@ TEST(ParamCount, DtypeSetsBytesPerWeight) {
   json j = json::parse(R"({"model_type": "kimi_linear", "num_hidden_layers": 4,
     "hidden_size": 64, "vocab_size": 100, "num_attention_heads": 2, "kv_lora_rank": 16,
     "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "intermediate_size": 96,
-    "linear_attn_config": {"num_heads": 2, "head_dim": 16, "full_attn_layers": [4]}})");
+    "linear_attn_config": {"num_heads": 2, "head_dim": 16, "short_conv_kernel_size": 4,
+    "full_attn_layers": [4]}})");
   const ModelConfig bf16 = parse_model_config(j, "a.json", 1);
   j["torch_dtype"] = "float32";
   const ModelConfig fp32 = parse_model_config(j, "b.json", 1);

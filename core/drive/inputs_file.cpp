@@ -48,6 +48,7 @@ FloatArray read_tensor(const std::string& path, bool hdf5, const std::string& na
 }
 
 std::vector<size_t> tensor_shape(const std::string& path, bool hdf5, const std::string& name) {
+  if (hdf5) return hdf5_dataset_shape_isolated(path, name);
   try {
     read_tensor(path, hdf5, name,
                 [](const std::string&, const std::vector<size_t>& s) { throw ShapeOnly{s}; });

@@ -249,6 +249,31 @@ std::map<std::string, std::string> hdf5_root_attributes_isolated(const std::stri
   return values;
 }
 
+std::vector<size_t> hdf5_dataset_shape_isolated(const std::string& path, const std::string& name) {
+  struct Shape {
+    std::vector<size_t> dims;
+  };
+  const std::string bytes = run_isolated(path, [&] {
+    std::string out;
+    try {
+      read_hdf5_array(path, name,
+                      [](const std::string&, const std::vector<size_t>& s) { throw Shape{s}; });
+    } catch (const Shape& shape) {
+      for (size_t d : shape.dims) put(out, static_cast<uint64_t>(d));
+      return out;
+    }
+    fail("{}: dataset '{}' could not be inspected", path, name);
+  });
+  std::vector<size_t> dims;
+  Cursor c{bytes};
+  while (c.at < bytes.size()) {
+    uint64_t d = 0;
+    if (!c.get(d)) fail("{}: the HDF5 reader returned a damaged result", path);
+    dims.push_back(static_cast<size_t>(d));
+  }
+  return dims;
+}
+
 bool hdf5_has_dataset_isolated(const std::string& path, const std::string& name) {
   return run_isolated(path, [&] { return std::string(hdf5_has_dataset(path, name) ? "1" : "0"); }) ==
          "1";

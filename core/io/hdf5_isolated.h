@@ -34,5 +34,8 @@ FloatArray read_hdf5_array_isolated(const std::string& path, const std::string& 
 std::vector<std::string> hdf5_dataset_names_isolated(const std::string& path);
 std::map<std::string, std::string> hdf5_root_attributes_isolated(const std::string& path);
 bool hdf5_has_dataset_isolated(const std::string& path, const std::string& name);
+// The shape of dataset `name` as read_hdf5_array sees it, without reading its data; the same
+// errors.
+std::vector<size_t> hdf5_dataset_shape_isolated(const std::string& path, const std::string& name);
 
 }  // namespace statecheck
