@@ -1,0 +1,218 @@
+// Device helpers of the working-state decode kernel (ws_decode.cu, its only includer): the block
+// shape constants, the kernel's parameter block WsParams, and the load / store, decode and
+// encode of one row chunk of CPL key channels in each store format (bf16, int8, fp8 E4M3).
+// A chunk's codes are packed 4 int8 / E4M3 codes or 2 bf16 values per 32-bit word; pointers are
+// aligned as each loader states. The fp32 rounding order is the one written out in
+// ws_decode_reference.h. Errors: none here; the launcher (ws_decode.cu) checks the arguments.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "core/working_state/element_codec.h"
+#include "core/working_state/philox.h"
+#include "kernels/codec/rounding.cuh"
+#include "kernels/working_state/ws_decode.h"
+#include "kernels/working_state/ws_step_math.h"
+
+namespace statecheck::cuda {
+namespace {
+
+constexpr int kLanesPerRow = 8;
+constexpr int kRowsPerThread = 4;
+constexpr int kBlockThreads = 256;  // the largest block: d_v = 128
+constexpr int kMaxDv = kBlockThreads / kLanesPerRow * kRowsPerThread;
+
+enum class Store { bf16, int8, fp8 };
+
+struct WsParams {
+  int H, HV, dk, dv;
+  bool qk_l2norm, sr, bf16_scale;
+  float scale;
+  uint8_t* codes;
+  void* scales;
+  const int32_t* slot_ids;
+  const int32_t* cu;
+  const int32_t* positions;
+  const int32_t* seq_index;
+  uint64_t seed;
+  uint32_t layer;
+  const uint16_t* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  const float* g;
+  const float* beta;
+  uint16_t* o;
+  int32_t* error_info;
+  const float* init_state;
+};
+
+__device__ __forceinline__ float bf16_value(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
+}
+
+// N consecutive 32-bit words at p (4 * N bytes, aligned to min(16, 4 * N)).
+template <int N>
+__device__ __forceinline__ void load_words(const void* p, uint32_t (&w)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < N / 4; ++c) {
+      const uint4 x = reinterpret_cast<const uint4*>(p)[c];
+      w[4 * c] = x.x, w[4 * c + 1] = x.y, w[4 * c + 2] = x.z, w[4 * c + 3] = x.w;
+    }
+  } else if constexpr (N == 2) {
+    const uint2 x = *reinterpret_cast<const uint2*>(p);
+    w[0] = x.x, w[1] = x.y;
+  } else {
+    static_assert(N == 1, "1, 2 or a multiple of 4 words");
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void store_words(void* p, const uint32_t (&w)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < N / 4; ++c)
+      reinterpret_cast<uint4*>(p)[c] =
+          make_uint4(w[4 * c], w[4 * c + 1], w[4 * c + 2], w[4 * c + 3]);
+  } else if constexpr (N == 2) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  } else {
+    *reinterpret_cast<uint32_t*>(p) = w[0];
+  }
+}
+
+// N (a multiple of 4) consecutive bf16 values at p as fp32 (exact).
+template <int N>
+__device__ __forceinline__ void load_bf16(const uint16_t* p, float (&out)[N]) {
+  uint32_t w[N / 2];
+  load_words<N / 2>(p, w);
+#pragma unroll
+  for (int c = 0; c < N / 2; ++c) {
+    out[2 * c] = __uint_as_float(w[c] << 16);
+    out[2 * c + 1] = __uint_as_float(w[c] & 0xFFFF0000u);
+  }
+}
+
+// N (a multiple of 4) consecutive fp32 values at p (16-byte aligned).
+template <int N>
+__device__ __forceinline__ void load_f32(const float* p, float (&out)[N]) {
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) {
+    const float4 x = reinterpret_cast<const float4*>(p)[c];
+    out[4 * c] = x.x, out[4 * c + 1] = x.y, out[4 * c + 2] = x.z, out[4 * c + 3] = x.w;
+  }
+}
+
+// Sum over the 8 lanes of a row (lanes differing in their low 3 bits): every lane gets
+// ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)), x_l the value of the row's lane l.
+__device__ __forceinline__ float row_sum(float x) {
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 4));
+  return x;
+}
+
+// Codes of CPL elements in the store's packing: 4 int8 / E4M3 codes or 2 bf16 values per word.
+template <Store ST, int CPL>
+struct Packed {
+  static constexpr int kWords = ST == Store::bf16 ? CPL / 2 : CPL / 4;
+};
+
+// Element e of a packed chunk as fp32: code * scale (int8: the code made exact by the
+// magic-number trick, no conversion unit), E4M3 * scale (exact conversion through half), or the
+// bf16 value. Equal to ws_int_decode / ws_fp8_e4m3_decode(c) * s / ws_bf16_decode.
+template <Store ST, int CPL>
+__device__ __forceinline__ void decode_chunk(const uint32_t (&w)[Packed<ST, CPL>::kWords],
+                                             const float (&s)[CPL], float (&x)[CPL]) {
+  if constexpr (ST == Store::bf16) {
+#pragma unroll
+    for (int c = 0; c < CPL / 2; ++c) {
+      x[2 * c] = __uint_as_float(w[c] << 16);
+      x[2 * c + 1] = __uint_as_float(w[c] & 0xFFFF0000u);
+    }
+  } else if constexpr (ST == Store::int8) {
+#pragma unroll
+    for (int c = 0; c < CPL / 4; ++c) {
+      const uint32_t biased = w[c] ^ 0x80808080u;  // code + 128 in each byte
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float code = __fsub_rn(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u | e)),
+                                     8388736.0f);  // (2^23 + code + 128) - (2^23 + 128)
+        x[4 * c + e] = __fmul_rn(code, s[4 * c + e]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < CPL / 4; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(w[c] >> (16 * h)), __NV_E4M3);
+        const float2 f = __half22float2(__half2(r));
+        x[4 * c + 2 * h] = __fmul_rn(f.x, s[4 * c + 2 * h]);
+        x[4 * c + 2 * h + 1] = __fmul_rn(f.y, s[4 * c + 2 * h + 1]);
+      }
+  }
+}
+
+__device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
+}
+
+// Encodes CPL elements x of one row chunk starting at element index `element` (a multiple of 4)
+// with column scales s (and reciprocals inv = 1 / s) into packed codes, as the element codecs
+// of element_codec.h: RNE int8 and E4M3 the cheap way of kernels/codec/rounding.cuh (proved there
+// to give the division's code for amax-derived scales) with the division where it cannot decide;
+// stochastic roundings by the element codec itself, with the Philox words of the chunk.
+template <Store ST, int CPL, bool SR>
+__device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)[CPL],
+                                             const float (&s)[CPL], const float (&inv)[CPL],
+                                             Philox4x32Key key, uint32_t element, uint32_t pos,
+                                             uint32_t seq, uint32_t (&w)[Packed<ST, CPL>::kWords]) {
+  if constexpr (SR) {
+#pragma unroll
+    for (int c = 0; c < CPL / 4; ++c) {
+      const Philox4x32Counter r = philox4x32_10(rounding_counter(element + 4u * c, pos, seq), key);
+      const uint32_t rw[4] = {r.c0, r.c1, r.c2, r.c3};
+      if constexpr (ST == Store::bf16) {
+        w[2 * c] = ws_bf16_sr(x[4 * c], rw[0]) | (uint32_t{ws_bf16_sr(x[4 * c + 1], rw[1])} << 16);
+        w[2 * c + 1] =
+            ws_bf16_sr(x[4 * c + 2], rw[2]) | (uint32_t{ws_bf16_sr(x[4 * c + 3], rw[3])} << 16);
+      } else {
+        uint32_t b[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = 4 * c + e;
+          if constexpr (ST == Store::int8)
+            b[e] = static_cast<uint8_t>(ws_int8_sr(x[j], s[j], rw[e]));
+          else
+            b[e] = ws_fp8_e4m3_sr(ws_div(x[j], s[j]), rw[e]);
+        }
+        w[c] = pack4(b[0], b[1], b[2], b[3]);
+      }
+    }
+    return;
+  }
+  if constexpr (ST == Store::bf16) {
+#pragma unroll
+    for (int c = 0; c < CPL / 2; ++c)
+      w[c] = ws_bf16_rne(x[2 * c]) | (uint32_t{ws_bf16_rne(x[2 * c + 1])} << 16);
+  } else {
+    constexpr Kind K = ST == Store::int8 ? Kind::int8 : Kind::fp8;
+    Fp8Bracket br[CPL];  // read by the fp8 encode only (dead code for int8)
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) br[e] = fp8_bracket(inv[e]);
+    uint32_t q[CPL];
+    encode_row<K, CPL>(x, s, inv, br, q);
+#pragma unroll
+    for (int c = 0; c < CPL / 4; ++c)
+      w[c] = pack4(q[4 * c], q[4 * c + 1], q[4 * c + 2], q[4 * c + 3]);
+  }
+}
+
+}  // namespace
+}  // namespace statecheck::cuda
