@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -98,8 +99,11 @@ struct Cursor {
 };
 
 [[noreturn]] void child(int fd, const std::string& path, const std::function<std::string()>& work,
-                        uint64_t limit) {
+                        uint64_t limit, unsigned seconds) {
   forget_interrupt_cleanup();
+  // SIGALRM's default action ends the child: a read that loops or deadlocks becomes an error.
+  signal(SIGALRM, SIG_DFL);
+  alarm(seconds);
   const uint64_t now = address_space_bytes();
   if (now > 0) {
     struct rlimit rl;
@@ -134,6 +138,7 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
   const uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) fail("{}: cannot read the file size ({})", path, ec.message());
   const uint64_t limit = hdf5_child_memory_limit(file_size);
+  const unsigned seconds = hdf5_child_time_limit_s(file_size);
   int fds[2];
   if (::pipe(fds) != 0)
     fail("{}: cannot create a pipe for the HDF5 reader ({})", path, std::strerror(errno));
@@ -146,7 +151,7 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
   }
   if (pid == 0) {
     ::close(fds[0]);
-    child(fds[1], path, work, limit);
+    child(fds[1], path, work, limit, seconds);
   }
   ::close(fds[1]);
   // Read everything the child sends, then reap it; a child that died sent less than a frame.
@@ -160,6 +165,9 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
   }
   if (WIFSIGNALED(wstatus)) {
     const int sig = WTERMSIG(wstatus);
+    if (sig == SIGALRM)
+      fail("{}: the HDF5 reader did not finish within {} s reading this file: damaged or crafted",
+           path, seconds);
     if (sig == SIGKILL)
       fail(
           "{}: the HDF5 reader was killed (SIGKILL; out of memory?) reading this file: damaged "
@@ -176,6 +184,15 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
 }
 
 }  // namespace
+
+unsigned hdf5_child_time_limit_s(uint64_t file_size) {
+  if (const char* env = std::getenv("STATECHECK_HDF5_READER_SECONDS")) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1 && v <= 86400) return static_cast<unsigned>(v);
+  }
+  return static_cast<unsigned>(120 + file_size / (uint64_t{10} << 20));
+}
 
 uint64_t hdf5_child_memory_limit(uint64_t file_size) {
   const uint64_t data = file_size > kHdf5MaxReadBytes / 1032 ? kHdf5MaxReadBytes : 1032 * file_size;

@@ -19,13 +19,19 @@ namespace statecheck {
 // 1032:1; three copies: the stored bytes, a conversion buffer, the fp32 result). Bytes.
 uint64_t hdf5_child_memory_limit(uint64_t file_size);
 
+// The wall-clock time the child may take for a file of `file_size` bytes: 120 s plus 1 s per
+// 10 MiB (a read runs at hundreds of MB/s; the margin covers a loaded machine), or the whole
+// seconds in environment variable STATECHECK_HDF5_READER_SECONDS (1..86400) when set. Seconds.
+unsigned hdf5_child_time_limit_s(uint64_t file_size);
+
 // read_hdf5_array(path, name, check) run in a forked child whose address space is limited
 // (setrlimit RLIMIT_AS) to its size at the fork plus hdf5_child_memory_limit(file size); the
 // array comes back over a pipe. The child runs `check` too (its error comes back as is) and
 // never touches the parent's files (it ends with _exit and forgets the clean-up registrations).
 // Throws statecheck::Error, one line naming the file: any error of read_hdf5_array; "the HDF5
 // library crashed (signal N ...)" when the child dies of a signal; "needs more than N MiB" when
-// an allocation fails under the limit; a failed fork or pipe.
+// an allocation fails under the limit; "did not finish within N s" at the time limit; a failed
+// fork or pipe.
 FloatArray read_hdf5_array_isolated(const std::string& path, const std::string& name = "",
                                     const ShapeCheck& check = nullptr);
 
