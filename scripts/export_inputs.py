@@ -265,6 +265,15 @@ def layer_heads(module):
     return int(H), int(HV), int(dk), int(dv)
 
 
+def full_fp32_precision(torch):
+    """fp32 matmuls and convolutions at full precision, not TF32 (10 mantissa bits): with TF32,
+    transformers' chunked recurrence differs from the fp64 loop by ~1e-3 relative, which would be
+    mistaken for a semantic difference. The metadata records it as matmul_precision."""
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
 class Capture:
     """Forward hooks mark which layer runs; the wrapped kernels record what it consumed."""
 
@@ -481,7 +490,10 @@ def model_json(model, capture, name, source):
 
 
 def export(model, input_ids, out_dir, name, source, extra_meta, torch):
-    """Runs `model` on input_ids [N, T] with the capture in place and writes the three files."""
+    """Runs `model` on input_ids [N, T] with the capture in place and writes the three files;
+    fp32 matmuls at full precision (full_fp32_precision)."""
+    full_fp32_precision(torch)
+    extra_meta = dict(extra_meta, matmul_precision=torch.get_float32_matmul_precision())
     capture = Capture(torch, model)
     try:
         with torch.no_grad():
