@@ -43,12 +43,20 @@
 #include "core/util/progress.h"
 #include "core/working_state/column_store.h"
 #include "experiments/experiment.h"
+#include "experiments/inloop_cases.h"
 
 namespace statecheck {
 
 namespace {
 
-constexpr int kMaxHeads = 8;
+using inloop::LayerCase;
+using inloop::Trace;
+using inloop::family_model;
+using inloop::log_checkpoints;
+using inloop::run_trace;
+using inloop::synthetic_cases;
+using inloop::tinylm_cases;
+
 // Output relative error at which a format is called safe in the decay sweep: the public
 // decode-error requirement after an int8 restore (docs/numerics.md), 1.5e-2.
 constexpr double kSafeOutputRelerr = 1.5e-2;
@@ -57,18 +65,6 @@ constexpr double kSafeOutputRelerr = 1.5e-2;
 using FormatBackendFactory =
     std::function<std::unique_ptr<RecurrenceBackend>(const WorkingStateFormat&)>;
 
-// 1, 2, 3, 4, 6, 8, 12, ... up to and including T.
-std::vector<int> log_checkpoints(int T) {
-  std::vector<int> c;
-  for (int p = 1; p <= T; p *= 2) {
-    c.push_back(p);
-    if (p >= 2 && p + p / 2 <= T && p + p / 2 < 2 * p) c.push_back(p + p / 2);
-  }
-  std::sort(c.begin(), c.end());
-  c.erase(std::unique(c.begin(), c.end()), c.end());
-  if (c.back() != T) c.push_back(T);
-  return c;
-}
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
@@ -110,35 +106,8 @@ double model_energy(const WorkingStateFormat& f, const std::vector<double>& eps,
   return e;
 }
 
-// One layer's inputs and starting state, the tokens run and the checkpoints.
-struct LayerCase {
-  RecurrenceShape shape;
-  LayerInputs in;
-  std::vector<float> S0;  // [HV, d_v, d_k]
-  int layer = 0;
-};
 
-// A run of one backend over a layer case: states at the checkpoints, all outputs.
-struct Trace {
-  std::vector<std::vector<float>> states;  // [C][HV d_v d_k]
-  std::vector<float> outputs;              // [T, HV, d_v]
-};
 
-Trace run_trace(const RecurrenceBackend& b, const LayerCase& c, const std::vector<int>& cps) {
-  const std::unique_ptr<LayerRun> run = b.bind_at(c.shape, c.in, 1, c.layer, 0);
-  run->write(0, c.S0.data());
-  const size_t hv = static_cast<size_t>(c.shape.HV) * c.shape.dv;
-  Trace t;
-  t.outputs.assign(static_cast<size_t>(c.in.T) * hv, 0.0f);
-  int t0 = 0;
-  for (int cp : cps) {
-    run->advance(0, t0, cp, t.outputs.data() + static_cast<size_t>(t0) * hv);
-    t.states.emplace_back(c.S0.size());
-    run->read(0, t.states.back().data());
-    t0 = cp;
-  }
-  return t;
-}
 
 // Errors of one format along time, merged over layers: [C] each.
 struct CurveStats {
@@ -266,38 +235,7 @@ double model_relerr(const CurveStats& s, int ci) {
   return s.ref_energy[ci] > 0 ? std::sqrt(s.model_energy[ci] / s.ref_energy[ci]) : 0.0;
 }
 
-// The drives' layer cases.
-std::vector<LayerCase> synthetic_cases(DriveKind kind, const ModelConfig& m, uint64_t seed,
-                                       int layers, int T) {
-  RecurrenceShape s = recurrence_shape(m);
-  const int group = s.group();
-  s.HV = std::min(s.HV, kMaxHeads);
-  s.H = std::max(1, s.HV / group);
-  s.HV = s.H * group;
-  std::vector<LayerCase> cases(layers);
-  for (int l = 0; l < layers; ++l) {
-    cases[l].shape = s;
-    cases[l].in = synthetic_inputs(kind, s, seed, l, T);
-    cases[l].S0.assign(static_cast<size_t>(s.HV) * s.dv * s.dk, 0.0f);
-    cases[l].layer = l;
-  }
-  return cases;
-}
 
-std::vector<LayerCase> tinylm_cases(const Options& o, int T) {
-  const std::string config = tinylm_config_for(o.model);
-  const ModelConfig m = load_model(config, 1);
-  const StatesSource src = StatesSource::resolve(parse_drive("tinylm", ""), o.seed, m, config);
-  const RecurrenceShape s = recurrence_shape(m);
-  std::vector<LayerCase> cases(m.linear_layer_count());
-  for (int l = 0; l < static_cast<int>(cases.size()); ++l) {
-    cases[l].shape = s;
-    cases[l].in = src.layer_inputs(0, l, T);
-    cases[l].S0 = src.initial_layer_state(0, l);
-    cases[l].layer = l;
-  }
-  return cases;
-}
 
 // ---- tiny language model --------------------------------------------------------------------
 
@@ -640,12 +578,6 @@ void record_sweep(const SweepResult& r, const std::vector<WorkingStateFormat>& f
   }
 }
 
-ModelConfig family_model(const Options& o, GateKind gate) {
-  const ModelConfig m = options_model(o);
-  if (m.gate == gate && m.linear_layer_count() > 0 && o.model.find("tinylm") == std::string::npos)
-    return m;
-  return load_model(gate == GateKind::gdn ? "qwen3.5-35b-a3b" : "kimi-linear-48b-a3b", 0);
-}
 
 }  // namespace
 
@@ -694,6 +626,7 @@ void run_inloop(const Options& o, const ModelConfig&, H5Writer& file, Summary& s
   record_kl(measure_kl(o, formats, factory, threads), formats, file, summary);
   record_sweep(measure_sweep(gdn, formats, factory, o.seed, o.quick, threads), formats, file,
                summary);
+  if (o.device == Device::cuda) inloop::run_device(o, file, summary);
   fmt::print("inloop: {:.1f} s\n", total.elapsed());
 }
 

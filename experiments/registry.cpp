@@ -108,7 +108,7 @@ std::vector<ExperimentEntry> make_registry() {
                          "time, tiny-model KL, decay sweep",
                          run_inloop,
                          true,
-                         false,
+                         true,
                          K::state_numerics};
   inloop.reads = {"seed", "threads", "quick"};
   inloop.refuses = {

@@ -7,7 +7,6 @@
 
 #include "core/dtype/bf16.h"
 #include "core/util/error.h"
-#include "core/working_state/element_codec.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
 #include "kernels/host/layer_upload.h"
@@ -69,26 +68,7 @@ class WsLayerRun : public LayerRun {
     if (sb_)
       STATECHECK_CUDA_CHECK(cudaMemcpy(scales.data(), scales_.data() + (s + 1) * slot_scales(),
                                        scales.size(), cudaMemcpyDeviceToHost));
-    const bool int8 = f_.kind == WorkingStateKind::int8 || f_.kind == WorkingStateKind::int8_sr;
-    for (size_t e = 0; e < shape_.HV * head_; ++e) {
-      if (cb_ == 2) {
-        uint16_t bits;
-        std::memcpy(&bits, codes.data() + 2 * e, 2);
-        S_hvk[e] = ws_bf16_decode(bits);
-        continue;
-      }
-      const size_t col = e / head_ * shape_.dk + e % shape_.dk;
-      float scale;
-      if (sb_ == 4) {
-        std::memcpy(&scale, scales.data() + 4 * col, 4);
-      } else {
-        uint16_t bits;
-        std::memcpy(&bits, scales.data() + 2 * col, 2);
-        scale = ws_bf16_decode(bits);
-      }
-      S_hvk[e] = int8 ? ws_int_decode(static_cast<int8_t>(codes[e]), scale)
-                      : ws_mul(ws_fp8_e4m3_decode(codes[e]), scale);
-    }
+    ws_decode_slot(f_, shape_.HV, shape_.dv, shape_.dk, codes.data(), scales.data(), S_hvk);
   }
 
   void copy(int dst, int src) override {

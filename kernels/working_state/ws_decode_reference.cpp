@@ -37,6 +37,31 @@ int ws_scale_bytes(const WorkingStateFormat& f) {
   return is_bf16(f) ? 0 : (f.bf16_scale ? 2 : 4);
 }
 
+void ws_decode_slot(const WorkingStateFormat& f, int HV, int dv, int dk, const uint8_t* codes,
+                    const uint8_t* scales, float* S_hvk) {
+  const int cb = ws_code_bytes(f), sb = ws_scale_bytes(f);
+  const size_t head = static_cast<size_t>(dv) * dk, n = head * HV;
+  for (size_t e = 0; e < n; ++e) {
+    if (cb == 2) {
+      uint16_t bits;
+      std::memcpy(&bits, codes + 2 * e, 2);
+      S_hvk[e] = ws_bf16_decode(bits);
+      continue;
+    }
+    const size_t col = e / head * dk + e % dk;
+    float scale;
+    if (sb == 4) {
+      std::memcpy(&scale, scales + 4 * col, 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, scales + 2 * col, 2);
+      scale = ws_bf16_decode(bits);
+    }
+    S_hvk[e] = is_int8(f) ? ws_int_decode(static_cast<int8_t>(codes[e]), scale)
+                          : ws_mul(ws_fp8_e4m3_decode(codes[e]), scale);
+  }
+}
+
 std::vector<WsRefusal> ws_decode_reference(HostWsBatch& b, std::vector<uint16_t>& o) {
   const WorkingStateFormat f = b.format;
   if (!ws_decode_supports(f)) fail("ws reference: format '{}' not supported", f.name());

@@ -55,6 +55,12 @@ struct WsRefusal {
 int ws_code_bytes(const WorkingStateFormat& f);
 int ws_scale_bytes(const WorkingStateFormat& f);
 
+// The fp32 values of one slot's state stored in format f: codes [HV, d_v, d_k] (ws_code_bytes
+// each) and scales [HV, d_k] (ws_scale_bytes each; ignored for bf16) decoded by the element codecs
+// as the kernel decodes them, into S_hvk [HV, d_v, d_k].
+void ws_decode_slot(const WorkingStateFormat& f, int HV, int dv, int dk, const uint8_t* codes,
+                    const uint8_t* scales, float* S_hvk);
+
 // Runs the reference in place on batch.codes / batch.scales; writes o [total_T, HV, d_v] (bf16
 // bits, sized by the caller) where the kernel writes it and leaves the rest as it was. Returns
 // the refused heads in (sequence, head) order. Throws statecheck::Error on an unsupported format

@@ -1,17 +1,20 @@
 // The CUDA working-state backend (kernels/host/ws_cuda_backend.h) against the kernel's CPU
 // reference (ws_decode_reference) run on the same tokens, bit for bit: a written fp32 state, two
 // advances in a row (the second from the stored codes), outputs and the stored state read back;
-// copy() of a stored and of a written state; the refusal of a non-finite state.
+// copy() of a stored and of a written state; the refusal of a non-finite state; and the kernel's
+// CPU reference as a backend (ws_reference_backend) against the CUDA backend.
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/drive/drive.h"
 #include "core/dtype/bf16.h"
 #include "core/util/error.h"
 #include "core/util/rng.h"
-#include "core/working_state/element_codec.h"
 #include "kernels/host/ws_cuda_backend.h"
+#include "kernels/host/ws_reference_backend.h"
+#include "kernels/working_state/ws_decode.h"
 #include "kernels/working_state/ws_decode_reference.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -24,30 +27,8 @@ class WsCudaBackend : public GpuTest {};
 
 // The state of a one-slot reference batch, decoded, [HV, d_v, d_k].
 std::vector<float> decoded(const cuda::HostWsBatch& b) {
-  const int cb = cuda::ws_code_bytes(b.format), sb = cuda::ws_scale_bytes(b.format);
-  const bool int8 =
-      b.format.kind == WorkingStateKind::int8 || b.format.kind == WorkingStateKind::int8_sr;
-  const size_t n = static_cast<size_t>(b.HV) * b.dv * b.dk;
-  std::vector<float> S(n);
-  for (size_t e = 0; e < n; ++e) {
-    if (cb == 2) {
-      uint16_t bits;
-      std::memcpy(&bits, b.codes.data() + 2 * e, 2);
-      S[e] = ws_bf16_decode(bits);
-      continue;
-    }
-    const size_t col = e / (static_cast<size_t>(b.dv) * b.dk) * b.dk + e % b.dk;
-    float s;
-    if (sb == 4) {
-      std::memcpy(&s, b.scales.data() + 4 * col, 4);
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, b.scales.data() + 2 * col, 2);
-      s = ws_bf16_decode(bits);
-    }
-    S[e] = int8 ? ws_int_decode(static_cast<int8_t>(b.codes[e]), s)
-                : ws_mul(ws_fp8_e4m3_decode(b.codes[e]), s);
-  }
+  std::vector<float> S(static_cast<size_t>(b.HV) * b.dv * b.dk);
+  cuda::ws_decode_slot(b.format, b.HV, b.dv, b.dk, b.codes.data(), b.scales.data(), S.data());
   return S;
 }
 
@@ -142,10 +123,53 @@ TEST_F(WsCudaBackend, RefusesANonFiniteState) {
   EXPECT_THROW(run->advance(0, 0, 1, nullptr), Error);
 }
 
+// The kernel's CPU reference as a backend (ws_reference_backend, the other side of `inloop
+// --device cuda`) equals the CUDA backend bit for bit through the same calls: a written state,
+// three advances of uneven length (T = 63 in all, d_v not a multiple of the block's rows), a copy
+// of a stored state advanced again, on GDN with HV = 3 H and on KDA.
+TEST_F(WsCudaBackend, EqualsTheReferenceBackendBitForBit) {
+  for (GateKind gate : {GateKind::gdn, GateKind::kda}) {
+    RecurrenceShape s;
+    s.H = gate == GateKind::gdn ? 1 : 3, s.HV = 3, s.dk = 128, s.dv = 100, s.gate = gate;
+    const int T = 63;
+    const LayerInputs in = synthetic_inputs(
+        gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, 5, 1, T);
+    Rng rng(6);
+    std::vector<float> S0(static_cast<size_t>(s.HV) * s.dv * s.dk);
+    for (auto& x : S0) x = static_cast<float>(0.05 * rng.normal());
+    for (const WorkingStateFormat& f : all_working_state_formats()) {
+      if (!cuda::ws_decode_supports(f)) continue;
+      auto gpu = cuda::cuda_ws_backend(f, 31)->bind_at(s, in, 2, 3, 2);
+      auto ref = cuda::ws_reference_backend(f, 31)->bind_at(s, in, 2, 3, 2);
+      EXPECT_EQ(cuda::ws_reference_backend(f, 31)->working_state().name(), f.name());
+      std::vector<float> og(static_cast<size_t>(T) * s.HV * s.dv, 1.0f), orf(og.size(), 2.0f);
+      std::vector<float> a(S0.size()), b(S0.size());
+      gpu->write(0, S0.data()), ref->write(0, S0.data());
+      const size_t hv = static_cast<size_t>(s.HV) * s.dv;
+      for (auto [t0, t1] : {std::pair{0, 1}, std::pair{1, 40}, std::pair{40, 50}}) {
+        gpu->advance(0, t0, t1, og.data() + t0 * hv);
+        ref->advance(0, t0, t1, orf.data() + t0 * hv);
+        gpu->read(0, a.data()), ref->read(0, b.data());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+            << f.name() << " after token " << t1;
+      }
+      gpu->copy(1, 0), ref->copy(1, 0);
+      gpu->advance(1, 50, T, og.data() + 50 * hv);
+      ref->advance(1, 50, T, orf.data() + 50 * hv);
+      gpu->read(1, a.data()), ref->read(1, b.data());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << f.name();
+      EXPECT_EQ(std::memcmp(og.data(), orf.data(), og.size() * sizeof(float)), 0) << f.name();
+      // And the runs moved the state: the check is not of two untouched copies.
+      EXPECT_NE(std::memcmp(a.data(), S0.data(), a.size() * sizeof(float)), 0) << f.name();
+    }
+  }
+}
+
 TEST(WsCudaBackendFormats, RejectsFormatsWithoutAKernel) {
   WorkingStateFormat f;
   f.kind = WorkingStateKind::int8_ef;
   EXPECT_THROW(cuda::cuda_ws_backend(f), Error);
+  EXPECT_THROW(cuda::ws_reference_backend(f), Error);
 }
 
 }  // namespace
