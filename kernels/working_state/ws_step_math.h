@@ -17,29 +17,10 @@
 
 namespace statecheck::wsk {
 
-WS_HD float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-WS_HD float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-WS_HD float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
+// Round-to-nearest-even multiply, add and subtract: the element codecs' own (element_codec.h).
+WS_HD float mul(float a, float b) { return ws_mul(a, b); }
+WS_HD float add(float a, float b) { return ws_add(a, b); }
+WS_HD float sub(float a, float b) { return ws_sub(a, b); }
 
 // a * b + c with one rounding.
 WS_HD float fma(float a, float b, float c) {
