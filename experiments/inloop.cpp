@@ -49,13 +49,13 @@ namespace statecheck {
 
 namespace {
 
-using inloop::LayerCase;
-using inloop::Trace;
 using inloop::family_model;
+using inloop::LayerCase;
 using inloop::log_checkpoints;
 using inloop::run_trace;
 using inloop::synthetic_cases;
 using inloop::tinylm_cases;
+using inloop::Trace;
 
 // Output relative error at which a format is called safe in the decay sweep: the public
 // decode-error requirement after an int8 restore (docs/numerics.md), 1.5e-2.
@@ -64,7 +64,6 @@ constexpr double kSafeOutputRelerr = 1.5e-2;
 // The backend of one working-state format (the seam: a CUDA factory gives device backends).
 using FormatBackendFactory =
     std::function<std::unique_ptr<RecurrenceBackend>(const WorkingStateFormat&)>;
-
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
@@ -105,9 +104,6 @@ double model_energy(const WorkingStateFormat& f, const std::vector<double>& eps,
     e += f.error_feedback() ? eps[i] : eps[i] * accumulated_checkpoints(rates[i], t, 1);
   return e;
 }
-
-
-
 
 // Errors of one format along time, merged over layers: [C] each.
 struct CurveStats {
@@ -234,8 +230,6 @@ DriveResult measure_drive(const std::string& drive, const std::string& model,
 double model_relerr(const CurveStats& s, int ci) {
   return s.ref_energy[ci] > 0 ? std::sqrt(s.model_energy[ci] / s.ref_energy[ci]) : 0.0;
 }
-
-
 
 // ---- tiny language model --------------------------------------------------------------------
 
@@ -577,7 +571,6 @@ void record_sweep(const SweepResult& r, const std::vector<WorkingStateFormat>& f
                 r.state[fi][D - 1]);
   }
 }
-
 
 }  // namespace
 

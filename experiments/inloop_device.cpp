@@ -5,8 +5,8 @@
 // per format with a kernel (int8, int8-sr, fp8_e4m3, fp8_e4m3-sr, bf16, bf16-sr), each layer case
 // runs three times from the same starting state, read back at the same log-spaced checkpoints:
 //   gpu  the CUDA working-state backend (one ws_decode launch per checkpoint interval);
-//   ref  the kernel's CPU reference (ws_decode_reference: the kernel's rounding order, bf16 q, k, v);
-//   cpu  inloop's CPU working-state backend (Eigen's summation order, fp32 q, k, v).
+//   ref  the kernel's CPU reference (ws_decode_reference: the kernel's rounding order, bf16 q, k,
+//   v); cpu  inloop's CPU working-state backend (Eigen's summation order, fp32 q, k, v).
 // gpu against ref: the fp32 elements whose bits differ, in the states at every checkpoint and in
 // all outputs (the claim: none). gpu against cpu and against the fp64 loop: the final state's
 // relative error (the cost of the kernel's bf16 inputs and other summation order, next to the
@@ -65,9 +65,10 @@ void run_device(const Options& o, H5Writer& file, Summary& summary) {
       {"tinylm", tinylm_cases(o, o.quick ? 256 : 4096)},
   };
   const std::string device = cuda::device_description();
-  fmt::print("inloop --device cuda: {}, {} formats with a kernel, against the kernel's CPU "
-             "reference\n",
-             device, F);
+  fmt::print(
+      "inloop --device cuda: {}, {} formats with a kernel, against the kernel's CPU "
+      "reference\n",
+      device, F);
   file.group("inloop/cuda");
   file.attr("inloop/cuda", "device", device);
   std::vector<std::string> names;
@@ -88,7 +89,8 @@ void run_device(const Options& o, H5Writer& file, Summary& summary) {
     }
     parallel_for(2 * F * L + L, threads, [&](int j) {
       if (j < F * L) {
-        ref[j] = run_trace(*cuda::ws_reference_backend(formats[j / L], o.seed), d.cases[j % L], cps);
+        ref[j] =
+            run_trace(*cuda::ws_reference_backend(formats[j / L], o.seed), d.cases[j % L], cps);
       } else if (j < 2 * F * L) {
         const int i = j - F * L;
         cpu[i] = run_trace(*cpu_working_state_backend(formats[i / L], o.seed), d.cases[i % L], cps);
@@ -117,9 +119,8 @@ void run_device(const Options& o, H5Writer& file, Summary& summary) {
       summary.set(key + ".state_relerr_vs_cpu_ws", vs_cpu[fi]);
       summary.set(key + ".state_relerr_vs_fp64", vs_fp64[fi]);
       total += state_diffs[fi] + output_diffs[fi];
-      fmt::print("  {:<9} {:<13} {:>12} {:>12} {:>14.3g} {:>14.3g} {:>14.3g}\n", d.name,
-                 names[fi], state_diffs[fi], output_diffs[fi], vs_cpu[fi], vs_fp64[fi],
-                 cpu_vs_fp64[fi]);
+      fmt::print("  {:<9} {:<13} {:>12} {:>12} {:>14.3g} {:>14.3g} {:>14.3g}\n", d.name, names[fi],
+                 state_diffs[fi], output_diffs[fi], vs_cpu[fi], vs_fp64[fi], cpu_vs_fp64[fi]);
     }
     const std::string g = "inloop/cuda/" + d.name;
     const std::vector<size_t> fd = {static_cast<size_t>(F)};

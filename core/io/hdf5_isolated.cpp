@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <new>
 
 #include "core/io/interrupt_cleanup.h"
@@ -157,8 +157,9 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
   // Read everything the child sends, then reap it; a child that died sent less than a frame.
   uint8_t status = 2;
   std::string text;
-  const bool complete = read_all(fds[0], &status, 1) && status <= 1 &&
-                        read_string(fds[0], text, status == 1 ? (1 << 16) : kHdf5MaxReadBytes + (1 << 20));
+  const bool complete =
+      read_all(fds[0], &status, 1) && status <= 1 &&
+      read_string(fds[0], text, status == 1 ? (1 << 16) : kHdf5MaxReadBytes + (1 << 20));
   ::close(fds[0]);
   int wstatus = 0;
   while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
@@ -292,8 +293,8 @@ std::vector<size_t> hdf5_dataset_shape_isolated(const std::string& path, const s
 }
 
 bool hdf5_has_dataset_isolated(const std::string& path, const std::string& name) {
-  return run_isolated(path, [&] { return std::string(hdf5_has_dataset(path, name) ? "1" : "0"); }) ==
-         "1";
+  return run_isolated(path,
+                      [&] { return std::string(hdf5_has_dataset(path, name) ? "1" : "0"); }) == "1";
 }
 
 }  // namespace statecheck

@@ -10,6 +10,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
 #include "kernels/host/layer_upload.h"
+#include "kernels/host/ws_format_backend.h"
 #include "kernels/working_state/ws_decode.h"
 #include "kernels/working_state/ws_decode_reference.h"
 
@@ -152,37 +153,13 @@ class WsLayerRun : public LayerRun {
   std::vector<std::vector<float>> pending_;  // [states]: a written fp32 state not yet advanced
 };
 
-class WsBackend : public RecurrenceBackend {
- public:
-  WsBackend(const WorkingStateFormat& f, uint64_t seed) : f_(f), seed_(seed) {}
-  std::string name() const override { return "cuda-" + f_.name(); }
-  int max_threads() const override { return 1; }
-  WorkingStateFormat working_state() const override { return f_; }
-  std::unique_ptr<LayerRun> bind(const RecurrenceShape& shape, const LayerInputs& in,
-                                 int states) const override {
-    return bind_at(shape, in, states, 0, 0);
-  }
-  std::unique_ptr<LayerRun> bind_at(const RecurrenceShape& shape, const LayerInputs& in, int states,
-                                    int layer, int sequence) const override {
-    if (layer < 0 || layer >= 65536 || sequence < 0)
-      fail("{}: layer {} (0 .. 65535) and sequence {} (>= 0) out of range", name(), layer,
-           sequence);
-    in.check(shape);
-    return std::make_unique<WsLayerRun>(shape, in, states, f_, seed_, layer, sequence);
-  }
-
- private:
-  WorkingStateFormat f_;
-  uint64_t seed_;
-};
-
 }  // namespace
 
 std::unique_ptr<RecurrenceBackend> cuda_ws_backend(const WorkingStateFormat& format,
                                                    uint64_t seed) {
   if (!ws_decode_supports(format))
     fail("working-state backend: format '{}' has no CUDA kernel", format.name());
-  return std::make_unique<WsBackend>(format, seed);
+  return std::make_unique<WsFormatBackend<WsLayerRun>>(format, seed, "cuda-", 1);
 }
 
 }  // namespace statecheck::cuda

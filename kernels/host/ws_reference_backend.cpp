@@ -5,6 +5,7 @@
 
 #include "core/dtype/bf16.h"
 #include "core/util/error.h"
+#include "kernels/host/ws_format_backend.h"
 #include "kernels/working_state/ws_decode.h"
 #include "kernels/working_state/ws_decode_reference.h"
 
@@ -16,7 +17,11 @@ class WsReferenceLayerRun : public LayerRun {
  public:
   WsReferenceLayerRun(const RecurrenceShape& shape, const LayerInputs& in, int states,
                       WorkingStateFormat f, uint64_t seed, int layer, int sequence)
-      : shape_(shape), in_(in), states_(states), sequence_(sequence), pending_(std::max(states, 0)) {
+      : shape_(shape),
+        in_(in),
+        states_(states),
+        sequence_(sequence),
+        pending_(std::max(states, 0)) {
     if (states < 1) fail("a layer run needs at least one state, got {}", states);
     b_.H = shape.H, b_.HV = shape.HV, b_.dk = shape.dk, b_.dv = shape.dv, b_.gate = shape.gate;
     b_.qk_l2norm = shape.qk_l2norm, b_.scale = shape.scale;
@@ -39,9 +44,8 @@ class WsReferenceLayerRun : public LayerRun {
       std::copy(pending_[s].begin(), pending_[s].end(), S_hvk);
       return;
     }
-    ws_decode_slot(b_.format, shape_.HV, shape_.dv, shape_.dk,
-                   b_.codes.data() + s * slot_codes(), b_.scales.data() + s * slot_scales(),
-                   S_hvk);
+    ws_decode_slot(b_.format, shape_.HV, shape_.dv, shape_.dk, b_.codes.data() + s * slot_codes(),
+                   b_.scales.data() + s * slot_scales(), S_hvk);
   }
 
   void copy(int dst, int src) override {
@@ -111,32 +115,8 @@ class WsReferenceLayerRun : public LayerRun {
   RecurrenceShape shape_;
   LayerInputs in_;
   int states_, sequence_;
-  HostWsBatch b_;                             // codes / scales [states, ...]; slot s is state s
+  HostWsBatch b_;                            // codes / scales [states, ...]; slot s is state s
   std::vector<std::vector<float>> pending_;  // [states]: a written fp32 state not yet advanced
-};
-
-class WsReferenceBackend : public RecurrenceBackend {
- public:
-  WsReferenceBackend(const WorkingStateFormat& f, uint64_t seed) : f_(f), seed_(seed) {}
-  std::string name() const override { return "cpu-kernel-reference-" + f_.name(); }
-  int max_threads() const override { return 1 << 12; }
-  WorkingStateFormat working_state() const override { return f_; }
-  std::unique_ptr<LayerRun> bind(const RecurrenceShape& shape, const LayerInputs& in,
-                                 int states) const override {
-    return bind_at(shape, in, states, 0, 0);
-  }
-  std::unique_ptr<LayerRun> bind_at(const RecurrenceShape& shape, const LayerInputs& in, int states,
-                                    int layer, int sequence) const override {
-    if (layer < 0 || layer >= 65536 || sequence < 0)
-      fail("{}: layer {} (0 .. 65535) and sequence {} (>= 0) out of range", name(), layer,
-           sequence);
-    in.check(shape);
-    return std::make_unique<WsReferenceLayerRun>(shape, in, states, f_, seed_, layer, sequence);
-  }
-
- private:
-  WorkingStateFormat f_;
-  uint64_t seed_;
 };
 
 }  // namespace
@@ -145,7 +125,8 @@ std::unique_ptr<RecurrenceBackend> ws_reference_backend(const WorkingStateFormat
                                                         uint64_t seed) {
   if (!ws_decode_supports(format))
     fail("working-state reference backend: format '{}' has no CUDA kernel", format.name());
-  return std::make_unique<WsReferenceBackend>(format, seed);
+  return std::make_unique<WsFormatBackend<WsReferenceLayerRun>>(format, seed,
+                                                                "cpu-kernel-reference-", 1 << 12);
 }
 
 }  // namespace statecheck::cuda

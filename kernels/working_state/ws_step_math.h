@@ -18,9 +18,15 @@
 namespace statecheck::wsk {
 
 // Round-to-nearest-even multiply, add and subtract: the element codecs' own (element_codec.h).
-WS_HD float mul(float a, float b) { return ws_mul(a, b); }
-WS_HD float add(float a, float b) { return ws_add(a, b); }
-WS_HD float sub(float a, float b) { return ws_sub(a, b); }
+WS_HD float mul(float a, float b) {
+  return ws_mul(a, b);
+}
+WS_HD float add(float a, float b) {
+  return ws_add(a, b);
+}
+WS_HD float sub(float a, float b) {
+  return ws_sub(a, b);
+}
 
 // a * b + c with one rounding.
 WS_HD float fma(float a, float b, float c) {
