@@ -1,9 +1,11 @@
 #include "experiments/inloop_cases.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/drive/states_source.h"
 #include "core/tinylm/tinylm.h"
+#include "core/util/error.h"
 
 namespace statecheck::inloop {
 
@@ -72,6 +74,19 @@ ModelConfig family_model(const Options& o, GateKind gate) {
   if (m.gate == gate && m.linear_layer_count() > 0 && o.model.find("tinylm") == std::string::npos)
     return m;
   return load_model(gate == GateKind::gdn ? "qwen3.5-35b-a3b" : "kimi-linear-48b-a3b", 0);
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+int format_index(const std::vector<WorkingStateFormat>& formats, WorkingStateKind k) {
+  for (size_t i = 0; i < formats.size(); ++i)
+    if (formats[i].kind == k) return static_cast<int>(i);
+  fail("inloop: format {} is not measured", static_cast<int>(k));
 }
 
 }  // namespace statecheck::inloop

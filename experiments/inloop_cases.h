@@ -3,13 +3,18 @@
 // backend's run over a case, and the device protocol's entry point.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/backend/recurrence_backend.h"
 #include "core/drive/drive.h"
+#include "core/io/hdf5_file.h"
+#include "core/io/summary.h"
 #include "core/model/model_config.h"
 #include "core/state/layer_inputs.h"
+#include "core/working_state/format.h"
 #include "experiments/experiment.h"
 
 namespace statecheck::inloop {
@@ -50,6 +55,39 @@ std::vector<LayerCase> tinylm_cases(const Options& o, int T);
 // The model of --model when it has layers of gate `gate` (and is not the tiny model); otherwise
 // the shipped model of that family (qwen3.5-35b-a3b for GDN, kimi-linear-48b-a3b for KDA).
 ModelConfig family_model(const Options& o, GateKind gate);
+
+// The backend of one working-state format (the seam: a CUDA factory gives device backends).
+using FormatBackendFactory =
+    std::function<std::unique_ptr<RecurrenceBackend>(const WorkingStateFormat&)>;
+
+// The q-quantile of v by nearest rank (NaN for an empty v).
+double percentile(std::vector<double> v, double q);
+
+// The index of the format of kind k in formats; statecheck::Error if it is not there.
+int format_index(const std::vector<WorkingStateFormat>& formats, WorkingStateKind k);
+
+// The tiny language model over the first N bytes of its held-out text (N = 4096; quick 512) from
+// a zero state, once with the plain fp32 recurrence and once with each format in every layer
+// (experiments/inloop_kl.cpp): per position KL(p_fp32 || p_format) in nats and top-1 agreement,
+// their mean, p99 (nearest rank), max, growth (second half over first half) and per position bin
+// (the log-spaced checkpoints).
+struct KlResult {
+  int N = 0;
+  std::vector<int> bins;                                // bin edges: positions [bins[i-1], bins[i])
+  std::vector<double> mean, p99, maxv, top1, growth;    // [F]
+  std::vector<std::vector<double>> mean_bin, top1_bin;  // [F][B]
+  double bytes_dv = 0;                                  // d_v of the tiny model's heads
+};
+
+KlResult measure_kl(const Options& o, const std::vector<WorkingStateFormat>& formats,
+                    const FormatBackendFactory& factory, int threads);
+
+// Writes inloop/tinylm_kl, the summary keys inloop.tinylm_kl.* and inloop.verdict.*, and prints
+// the table and the verdict: the cheapest format (bytes per element of the tiny model's heads)
+// whose mean KL is at or below the bf16 working state's, and whether int8 RNE diverges (growth
+// above 2 or top-1 agreement below 0.9).
+void record_kl(const KlResult& r, const std::vector<WorkingStateFormat>& formats, H5Writer& file,
+               Summary& summary);
 
 // `inloop --device cuda` (experiments/inloop_device.cpp): every format with a decode kernel run
 // on the GPU (kernels/host/ws_cuda_backend.h) and through the kernel's CPU reference
