@@ -277,7 +277,9 @@ def check_family(family, a, torch, fla_fns, out_dir):
 def fixture(a, torch):
     """One small export for tests/data/inputs: a random 3-layer Qwen3-Next (2 gated-delta layers)
     in float32 with transformers' own PyTorch recurrence, 64 tokens, with its outputs and final
-    states (a few hundred KB)."""
+    states (a few hundred KB). Runs with flash-linear-attention blocked (ex.block_fla), so that
+    the outputs are transformers' PyTorch recurrence, not FLA's TF32 kernels."""
+    ex.block_fla()
     model = ex.random_model("qwen3_next", torch, a.seed, layers=3)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device=dev, dtype=torch.float32).eval()

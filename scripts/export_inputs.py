@@ -549,6 +549,8 @@ def main(argv=None):
         import torch
         dtype = getattr(torch, a.dtype)
         if a.random:
+            if a.recurrence == "torch" and a.random != "fla_kda":
+                block_fla()
             model = random_model(a.random, torch, a.seed)
             name, source = f"random-{a.random}", f"scripts/export_inputs.py --random {a.random}"
             g = torch.Generator().manual_seed(a.seed)
@@ -560,6 +562,8 @@ def main(argv=None):
                 raise ExportError(f"{a.model_dir}: not a model directory")
             if not a.text:
                 raise ExportError("--text FILE is required with a model directory")
+            if a.recurrence == "torch":
+                block_fla()
             import transformers as tf
             try:
                 import fla  # noqa: F401  (registers flash-linear-attention's model classes)
@@ -589,9 +593,23 @@ def main(argv=None):
         return 2
 
 
+def block_fla():
+    """Makes `import fla` fail for the rest of the process. transformers dispatches its gated-delta
+    functions, torch_chunk_gated_delta_rule included, to flash-linear-attention's Triton kernels
+    whenever fla is importable (it says it falls back to PyTorch only when fla is absent); those
+    kernels run their fp32 dots in TF32, about 1.5e-3 relative from the fp64 loop. An export
+    meant to hold transformers' own PyTorch recurrence must therefore run without fla."""
+    if any(m == "fla" or m.startswith("fla.") for m in sys.modules if sys.modules[m] is not None):
+        raise ExportError("flash-linear-attention is already imported: transformers would run its "
+                          "kernels instead of its own PyTorch recurrence")
+    sys.modules["fla"] = None
+
+
 def force_torch_recurrence(model):
     """Points every linear-attention layer at transformers' own PyTorch recurrence (the layers
-    otherwise use flash-linear-attention's kernels when it is importable)."""
+    otherwise use flash-linear-attention's kernels when it is importable). transformers may still
+    dispatch that recurrence to flash-linear-attention when fla is importable: block_fla() first
+    where the export must hold the PyTorch recurrence itself."""
     for module in model.modules():
         if not is_linear_attention(module):
             continue
