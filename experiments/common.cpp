@@ -94,6 +94,15 @@ std::string thresholds_path() {
   return data_dir() + "/thresholds.json";
 }
 
+namespace {
+// The thresholds file as the verdict names it: data/thresholds.json for the checkout's own, else
+// the path read (STATECHECK_DATA_DIR).
+std::string thresholds_label() {
+  return data_dir() == std::string(STATECHECK_SOURCE_DIR) + "/data" ? "data/thresholds.json"
+                                                                    : thresholds_path();
+}
+}  // namespace
+
 std::string threshold_margin(const ThresholdRow& r) {
   // How far the value lies from the limit, relative to the limit, and on which side (an upper
   // bound passes below it, a lower bound above it); under 1% with two digits, so that a row
@@ -110,8 +119,9 @@ std::string threshold_margin(const ThresholdRow& r) {
 int print_threshold_verdict(const std::vector<std::pair<std::string, Summary>>& experiments,
                             const std::vector<ThresholdRow>& rows) {
   int failures = 0;
-  ReportTable table("thresholds (data/thresholds.json) per experiment; --verbose lists every row:",
-                    {"experiment", "limits", "hold", "closest to its limit", "margin"});
+  ReportTable table(
+      fmt::format("thresholds ({}) per experiment; --verbose lists every row:", thresholds_label()),
+      {"experiment", "limits", "hold", "closest to its limit", "margin"});
   table.align_left(3);
   table.align_left(4);
   for (const auto& [name, s] : experiments) {
@@ -147,9 +157,10 @@ int print_threshold_table(const Summary& summary, std::vector<ThresholdRow>& row
   for (const auto& r : rows) {
     if (!r.present) continue;
     if (shown++ == 0)
-      fmt::print(gate ? "\nthresholds (data/thresholds.json):\n"
-                      : "\nthresholds (data/thresholds.json; for reference, not a gate: only "
-                        "`statecheck suite` exits 1 on a failing row):\n");
+      fmt::print("\nthresholds ({}{}):\n", thresholds_label(),
+                 gate ? ""
+                      : "; for reference, not a gate: only `statecheck suite` exits 1 on a "
+                        "failing row");
     const std::string headroom = threshold_margin(r);
     fmt::print("  {:4} {:<52} {:>12.4g} {:2} {:<10.4g} {}\n", r.pass ? "ok" : "FAIL", r.key,
                r.value, r.op, r.limit, headroom);

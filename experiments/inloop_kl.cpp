@@ -123,6 +123,8 @@ void record_kl(const KlResult& r, const std::vector<WorkingStateFormat>& formats
     if (cheapest < 0 || bytes < formats[cheapest].bytes_per_element(static_cast<int>(r.bytes_dv)))
       cheapest = fi;
   }
+  if (cheapest < 0)  // only when bf16's own mean KL is NaN
+    fail("inloop: the bf16 working state's mean KL is {}: no verdict", r.mean[b16]);
   const int i8 = format_index(formats, WorkingStateKind::int8);
   const bool diverges = r.growth[i8] > 2.0 || r.top1[i8] < 0.9;
   file.attr(g, "verdict_cheapest_at_or_below_bf16_kl", formats[cheapest].name());

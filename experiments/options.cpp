@@ -56,6 +56,21 @@ std::string utc_stamp() {
   return buf;
 }
 
+// The UTC stamp of now, with "-2", "-3", ... appended while results/runs/<experiment>-<stamp>.h5
+// (or its .partial) exists, so that two runs in the same second do not replace one another.
+std::string unused_run_stamp(const std::string& experiment) {
+  const std::string now = utc_stamp();
+  std::string stamp = now;
+  for (int n = 2; n < 1000; ++n) {
+    const std::string path = "results/runs/" + experiment + "-" + stamp + ".h5";
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec) && !std::filesystem::exists(path + ".partial", ec))
+      break;
+    stamp = now + "-" + std::to_string(n);
+  }
+  return stamp;
+}
+
 std::string lower_extension(const std::string& path) {
   std::string ext = std::filesystem::path(path).extension().string();
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -98,13 +113,40 @@ uint64_t parse_seed(const std::string& text) {
 }
 
 std::vector<std::string> experiment_option_names() {
-  return {
-      "seed",           "threads",         "quick",           "drive",        "states",
-      "states-key",     "inputs",     "prefill",         "decode",          "codec",        "chain-tokens",
-      "chain-layers",   "trace",           "trace-bad-lines", "trace-max-tokens", "active-slots", "ckpt-slots",
-      "strategy",       "temporal-dtype",  "scale-dtype",     "conv-dtype",   "gpu-mem-gib",
-      "mem-fraction",   "weights-gib",     "compare-shipped", "no-payload",   "chunk-granularity",
-      "track-interval", "chunked-prefill", "max-running",   "policy",          "k-list",          "budget-sweep", "page-size"};
+  return {"seed",
+          "threads",
+          "quick",
+          "drive",
+          "states",
+          "states-key",
+          "inputs",
+          "prefill",
+          "decode",
+          "codec",
+          "chain-tokens",
+          "chain-layers",
+          "trace",
+          "trace-bad-lines",
+          "trace-max-tokens",
+          "active-slots",
+          "ckpt-slots",
+          "strategy",
+          "temporal-dtype",
+          "scale-dtype",
+          "conv-dtype",
+          "gpu-mem-gib",
+          "mem-fraction",
+          "weights-gib",
+          "compare-shipped",
+          "no-payload",
+          "chunk-granularity",
+          "track-interval",
+          "chunked-prefill",
+          "max-running",
+          "policy",
+          "k-list",
+          "budget-sweep",
+          "page-size"};
 }
 
 void reset_option(Options& o, const std::string& option) {
@@ -180,9 +222,10 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
          "seed of every random draw, an integer in [0, 2^64) (logged in results)");
   common("device", po::value(&t.device)->default_value(t.device),
          "cpu | cuda (CUDA paths next to the CPU reference)");
-  common("drive", po::value(&t.drive),
-         "seed-kda | init-gdn | init-kda | states | tinylm | inputs (default: by model family; tinylm "
-         "implies --model data/tinylm/config.json in codec and chain)");
+  common(
+      "drive", po::value(&t.drive),
+      "seed-kda | init-gdn | init-kda | states | tinylm | inputs (default: by model family; tinylm "
+      "implies --model data/tinylm/config.json in codec and chain)");
   common("states", po::value(&t.states),
          "states file for --drive states (safetensors or HDF5): one tensor [L, HV, d_v, d_k] or "
          "[L, N, HV, d_v, d_k] named 'state' (or the only one), or one tensor per layer");
@@ -520,7 +563,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   resolve_typed(t, vm.count("drive") != 0, o);
   check_values(o);
   check_output_extensions(o);
-  o.run_stamp = utc_stamp();
+  o.run_stamp = unused_run_stamp(o.experiment);
   // Options given to an experiment that does not read them (their values were still checked):
   // said, so that a run is not mistaken for one that used them.
   cl.notes = unread_option_notes(o.experiment, given);

@@ -43,9 +43,12 @@ struct Options {
   // Result file; empty: results/runs/<experiment>-<run_stamp>.h5, so that a single run never
   // replaces a suite's results/<experiment>.h5 (suite: the result directory, default results).
   std::string out;
-  std::string run_stamp;  // UTC time of the parse, YYYYMMDDTHHMMSSZ (empty: the time of the call)
-  std::string summary;    // summary JSON; empty: none (suite: <out>/summary.json)
-  int threads = 0;        // 0: hardware threads; more than the hardware has: clamped, with a note
+  // UTC time of the parse, YYYYMMDDTHHMMSSZ, with -2, -3, ... when a run of that experiment in
+  // the same second already wrote results/runs/<experiment>-<stamp>.h5 (empty: the time of the
+  // call).
+  std::string run_stamp;
+  std::string summary;  // summary JSON; empty: none (suite: <out>/summary.json)
+  int threads = 0;      // 0: hardware threads; more than the hardware has: clamped, with a note
   // --verbose: also print every summary key and the whole threshold table.
   bool verbose = false;
   std::string command_line;

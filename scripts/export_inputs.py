@@ -491,9 +491,12 @@ def model_json(model, capture, name, source):
 
 def export(model, input_ids, out_dir, name, source, extra_meta, torch):
     """Runs `model` on input_ids [N, T] with the capture in place and writes the three files;
-    fp32 matmuls at full precision (full_fp32_precision)."""
+    fp32 matmuls at full precision (full_fp32_precision). The metadata records matmul_precision
+    and fla_blocked ("true" when block_fla ran: the recurrence was transformers' own PyTorch code;
+    "false": transformers may have dispatched it to flash-linear-attention's TF32 kernels)."""
     full_fp32_precision(torch)
-    extra_meta = dict(extra_meta, matmul_precision=torch.get_float32_matmul_precision())
+    extra_meta = dict(extra_meta, matmul_precision=torch.get_float32_matmul_precision(),
+                      fla_blocked=str("fla" in sys.modules and sys.modules["fla"] is None).lower())
     capture = Capture(torch, model)
     try:
         with torch.no_grad():

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -217,7 +218,9 @@ TEST(Options, OutputExtensionsMatchTheirFormatAndSingleRunsAvoidTheSuiteFiles) {
   EXPECT_NE(suite_error("r.h5").find("suite writes a folder"), std::string::npos);
   EXPECT_EQ(suite_error("results-ci"), "");
   const Options o = parse_command_line({"statecheck", "codec"}).options;
-  ASSERT_EQ(o.run_stamp.size(), 16u) << o.run_stamp;  // YYYYMMDDTHHMMSSZ
+  ASSERT_GE(o.run_stamp.size(), 16u) << o.run_stamp;  // YYYYMMDDTHHMMSSZ[-n]
+  EXPECT_EQ(o.run_stamp[8], 'T');
+  EXPECT_EQ(o.run_stamp[15], 'Z');
   EXPECT_EQ(o.out_path(), "results/runs/codec-" + o.run_stamp + ".h5");
   EXPECT_EQ(o.out_path(), o.out_path());  // stable within a run
   Options suite_run;
@@ -225,6 +228,32 @@ TEST(Options, OutputExtensionsMatchTheirFormatAndSingleRunsAvoidTheSuiteFiles) {
   const auto& reg = experiment_registry();
   EXPECT_EQ(suite_experiment_options(suite_run, reg.front(), "results").out_path(),
             "results/" + reg.front().name + ".h5");
+}
+
+// Two single runs in the same second do not share a default result file: when
+// results/runs/<experiment>-<stamp>.h5 exists, the stamp gets "-2" (here the files of this second
+// and the next two are made first, in a scratch working directory, so the parse meets one).
+TEST(Options, SingleRunsInTheSameSecondGetDistinctFiles) {
+  const std::filesystem::path dir = ::testing::TempDir() + "same_second_runs";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "results/runs");
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  const std::time_t now = std::time(nullptr);
+  for (int d = 0; d < 3; ++d) {
+    const std::time_t t = now + d;
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+    std::ofstream(std::string("results/runs/memory-") + buf + ".h5") << "taken";
+  }
+  const Options o = parse_command_line({"statecheck", "memory"}).options;
+  const bool fresh = !std::filesystem::exists(o.out_path());
+  std::filesystem::current_path(cwd);
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(fresh) << o.out_path();
+  EXPECT_EQ(o.run_stamp.substr(o.run_stamp.size() - 2), "-2") << o.run_stamp;
 }
 
 // --threads beyond the hardware threads is clamped to them, with a note; within them it is kept.
@@ -464,13 +493,14 @@ TEST(Options, UnreadOptionNotesNameEveryReader) {
             std::vector<std::string>{"--scale-dtype is not read by kl (it is read by codec, chain, "
                                      "bench, memory, capacity, firecount and replay)"});
   EXPECT_TRUE(unread_option_notes("suite", {"trace", "strategy", "active-slots"}).empty());
-  EXPECT_EQ(unread_option_notes("memory", {"seed", "threads", "quick"}),
-            (std::vector<std::string>{
-                "--seed is not read by memory (it is read by codec, chain, inloop, bench, "
-                "capacity and firecount)",
-                "--threads is not read by memory (it is read by codec, chain, inloop, reference and kl)",
-                "--quick is not read by memory (it is read by codec, chain, inloop, bench, "
-                "capacity, firecount, replay and kl)"}));
+  EXPECT_EQ(
+      unread_option_notes("memory", {"seed", "threads", "quick"}),
+      (std::vector<std::string>{
+          "--seed is not read by memory (it is read by codec, chain, inloop, bench, "
+          "capacity and firecount)",
+          "--threads is not read by memory (it is read by codec, chain, inloop, reference and kl)",
+          "--quick is not read by memory (it is read by codec, chain, inloop, bench, "
+          "capacity, firecount, replay and kl)"}));
   EXPECT_TRUE(unread_option_notes("kl", {"threads", "quick"}).empty());
   EXPECT_EQ(unread_option_notes("kl", {"seed"}).size(), 1u);
 }

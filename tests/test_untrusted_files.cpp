@@ -139,9 +139,16 @@ TEST(UntrustedHdf5, ReaderProcessThatHangsIsEndedByTheTimeLimit) {
   EXPECT_TRUE(one_line(msg)) << msg;
   EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
   EXPECT_NE(msg.find("did not finish within 1 s"), std::string::npos) << msg;
-  // Without the variable: 120 s plus 1 s per 10 MiB.
+  // Without the variable: 120 s plus 1 s per 10 MiB, at most a day; a malformed value is an error.
   EXPECT_EQ(hdf5_child_time_limit_s(0), 120u);
   EXPECT_EQ(hdf5_child_time_limit_s(uint64_t{100} << 20), 130u);
+  EXPECT_EQ(hdf5_child_time_limit_s(~uint64_t{0}), 86400u);
+  for (const char* bad : {"0", " 5", "+5", "-1", "10s", "1e3", "86401", ""}) {
+    ASSERT_EQ(setenv("STATECHECK_HDF5_READER_SECONDS", bad, 1), 0);
+    const std::string m = error_of([] { hdf5_child_time_limit_s(0); });
+    EXPECT_NE(m.find("STATECHECK_HDF5_READER_SECONDS="), std::string::npos) << "'" << bad << "'";
+  }
+  unsetenv("STATECHECK_HDF5_READER_SECONDS");
 }
 
 // The child's result is the parent's: the shipped fixture read both ways is the same array.

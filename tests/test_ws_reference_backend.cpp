@@ -104,7 +104,7 @@ TEST(WsReferenceBackend, LaunchesSplitAnywhereGiveTheSameBits) {
       auto backend = cuda::ws_reference_backend(f, 11);
       auto one = backend->bind_at(s, in, 2, 5, 3), split = backend->bind_at(s, in, 2, 5, 3);
       const size_t hv = static_cast<size_t>(s.HV) * s.dv;
-      std::vector<float> o1(T * hv), o2(T * hv), a(S0.size()), b(S0.size());
+      std::vector<float> o1(T * hv, 1.0f), o2(T * hv, 2.0f), a(S0.size()), b(S0.size());
       one->write(0, S0.data()), split->write(0, S0.data());
       split->read(0, b.data());
       EXPECT_TRUE(same_bits(b, S0)) << f.name();
@@ -148,12 +148,19 @@ TEST(WsReferenceBackend, RefusesNonFiniteStatesAndBadPlaces) {
     run->advance(0, 2, 4, nullptr);
     ADD_FAILURE() << "a NaN state was advanced";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("value head 3, token 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("value head 3, token 2;"), std::string::npos) << e.what();
   }
   std::vector<float> kept(S.size());
   run->read(0, kept.data());  // the written state is kept as it was given
   EXPECT_EQ(std::memcmp(kept.data(), S.data(), S.size() * sizeof(float)), 0);
-  EXPECT_THROW(run->advance(0, 3, 5, nullptr), Error);  // past the bound tokens
+  auto fresh = backend->bind(s, in, 1);
+  try {
+    fresh->advance(0, 3, 5, nullptr);  // past the 4 bound tokens
+    ADD_FAILURE() << "tokens past the bound ones were run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the bound 4 tokens"), std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW(backend->bind_at(s, in, 1, 65536, 0), Error);
   EXPECT_THROW(backend->bind_at(s, in, 1, 0, -1), Error);
   EXPECT_THROW(backend->bind(s, in, 0), Error);

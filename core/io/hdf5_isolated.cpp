@@ -1,10 +1,13 @@
 #include "core/io/hdf5_isolated.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -102,7 +105,12 @@ struct Cursor {
                         uint64_t limit, unsigned seconds) {
   forget_interrupt_cleanup();
   // SIGALRM's default action ends the child: a read that loops or deadlocks becomes an error.
+  // The forking thread may block SIGALRM; the child unblocks it, or the alarm never arrives.
   signal(SIGALRM, SIG_DFL);
+  sigset_t alarm_only;
+  sigemptyset(&alarm_only);
+  sigaddset(&alarm_only, SIGALRM);
+  pthread_sigmask(SIG_UNBLOCK, &alarm_only, nullptr);
   alarm(seconds);
   const uint64_t now = address_space_bytes();
   if (now > 0) {
@@ -140,7 +148,8 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
   const uint64_t limit = hdf5_child_memory_limit(file_size);
   const unsigned seconds = hdf5_child_time_limit_s(file_size);
   int fds[2];
-  if (::pipe(fds) != 0)
+  // Close-on-exec: a program another thread starts meanwhile does not inherit the write end.
+  if (::pipe2(fds, O_CLOEXEC) != 0)
     fail("{}: cannot create a pipe for the HDF5 reader ({})", path, std::strerror(errno));
   std::fflush(nullptr);  // nothing buffered is written twice
   const pid_t pid = fork();
@@ -157,9 +166,17 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
   // Read everything the child sends, then reap it; a child that died sent less than a frame.
   uint8_t status = 2;
   std::string text;
-  const bool complete =
-      read_all(fds[0], &status, 1) && status <= 1 &&
-      read_string(fds[0], text, status == 1 ? (1 << 16) : kHdf5MaxReadBytes + (1 << 20));
+  bool complete = false;
+  try {
+    complete = read_all(fds[0], &status, 1) && status <= 1 &&
+               read_string(fds[0], text, status == 1 ? (1 << 16) : kHdf5MaxReadBytes + (1 << 20));
+  } catch (const std::exception&) {  // the result's buffer could not be allocated
+    ::close(fds[0]);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    fail("{}: the HDF5 reader's result does not fit in this process's memory", path);
+  }
   ::close(fds[0]);
   int wstatus = 0;
   while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
@@ -188,11 +205,18 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
 
 unsigned hdf5_child_time_limit_s(uint64_t file_size) {
   if (const char* env = std::getenv("STATECHECK_HDF5_READER_SECONDS")) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(env, &end, 10);
-    if (end != env && *end == '\0' && v >= 1 && v <= 86400) return static_cast<unsigned>(v);
+    // Whole seconds, digits only (strtoul alone would take " 5", "+5" or "-1").
+    const std::string v = env;
+    const bool digits = !v.empty() && v.size() <= 5 && std::all_of(v.begin(), v.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    const unsigned long n = digits ? std::stoul(v) : 0;
+    if (n < 1 || n > 86400)
+      fail("STATECHECK_HDF5_READER_SECONDS={}: expected whole seconds from 1 to 86400", v);
+    return static_cast<unsigned>(n);
   }
-  return static_cast<unsigned>(120 + file_size / (uint64_t{10} << 20));
+  // At most a day, however large the file (alarm(0) would mean no limit).
+  return static_cast<unsigned>(std::min<uint64_t>(86400, 120 + file_size / (uint64_t{10} << 20)));
 }
 
 uint64_t hdf5_child_memory_limit(uint64_t file_size) {

@@ -21,7 +21,9 @@ uint64_t hdf5_child_memory_limit(uint64_t file_size);
 
 // The wall-clock time the child may take for a file of `file_size` bytes: 120 s plus 1 s per
 // 10 MiB (a read runs at hundreds of MB/s; the margin covers a loaded machine), or the whole
-// seconds in environment variable STATECHECK_HDF5_READER_SECONDS (1..86400) when set. Seconds.
+// seconds in environment variable STATECHECK_HDF5_READER_SECONDS (1..86400) when set; at most
+// 86400. Seconds. Throws statecheck::Error when the variable is set but not whole seconds in
+// range.
 unsigned hdf5_child_time_limit_s(uint64_t file_size);
 
 // read_hdf5_array(path, name, check) run in a forked child whose address space is limited

@@ -451,6 +451,12 @@ ModelConfig load_model(const std::string& name_or_path, int tp) {
     for (const auto& n : shipped_model_names())
       if (lower(n) == lower(name_or_path)) found = n;
     if (found.empty()) {
+      const fs::path models = fs::path(data_dir()) / "models";
+      if (shipped_model_names().empty())
+        fail(
+            "unknown model '{}': the data folder {} holds no shipped models ({} is missing or "
+            "empty; check STATECHECK_DATA_DIR, or give a config .json or a folder holding one)",
+            name_or_path, data_dir(), models.string());
       std::string known;
       for (const auto& n : shipped_model_names()) known += (known.empty() ? "" : ", ") + n;
       const std::string near = closest_model_name(name_or_path);

@@ -17,8 +17,8 @@
 
 namespace statecheck::cuda {
 
-// Needs a usable GPU (the command line checks for one once, before any work: experiments/options.h);
-// without one the first CUDA call throws statecheck::Error.
+// Needs a usable GPU (the command line checks for one once, before any work:
+// experiments/options.h); without one the first CUDA call throws statecheck::Error.
 std::unique_ptr<RecurrenceBackend> cuda_backend();
 
 }  // namespace statecheck::cuda

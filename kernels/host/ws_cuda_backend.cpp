@@ -118,7 +118,7 @@ class WsLayerRun : public LayerRun {
       a.init_state = init.data();
     }
     ws_decode(a);
-    check_ws_decode_error(error_.data());
+    check_ws_decode_error(error_.data(), nullptr, t0);
     if (t1 > t0) pending_[s].clear();
     if (!o_thv) return;
     const std::vector<uint16_t> bits = o.download();

@@ -1,8 +1,8 @@
 // The recurrence backend shared by the CUDA working-state backend (ws_cuda_backend.h) and the
 // kernel's CPU reference backend (ws_reference_backend.h): a format, a seed, and a LayerRun type
 // Run constructed as Run(shape, inputs, states, format, seed, layer, sequence). bind() is
-// bind_at(layer 0, sequence 0); bind_at checks the place (layer 0 .. 65535, sequence >= 0) and the
-// inputs (LayerInputs::check), else statecheck::Error.
+// bind_at(layer 0, sequence 0); bind_at checks the place (layer 0 .. 65535, sequence >= 0), the
+// number of states (>= 1) and the inputs (LayerInputs::check), else statecheck::Error.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,7 @@ class WsFormatBackend : public RecurrenceBackend {
     if (layer < 0 || layer >= 65536 || sequence < 0)
       fail("{}: layer {} (0 .. 65535) and sequence {} (>= 0) out of range", name(), layer,
            sequence);
+    if (states < 1) fail("{}: a layer run needs at least one state, got {}", name(), states);
     in.check(shape);
     return std::make_unique<Run>(shape, in, states, f_, seed_, layer, sequence);
   }

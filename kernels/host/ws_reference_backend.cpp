@@ -87,8 +87,8 @@ class WsReferenceLayerRun : public LayerRun {
     const std::vector<WsRefusal> refused = ws_decode_reference(b_, o);
     if (!refused.empty())
       fail(
-          "working-state reference: non-finite state or output in value head {}, token {} of the "
-          "run; that head's state was left unchanged",
+          "working-state reference: non-finite state or output in sequence 0, value head {}, "
+          "token {}; that head's slot was left unchanged",
           refused[0].head, t0 + refused[0].token);
     pending_[s].clear();
     if (o_thv)

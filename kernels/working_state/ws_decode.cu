@@ -375,7 +375,7 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   STATECHECK_CUDA_CHECK(cudaGetLastError());
 }
 
-void check_ws_decode_error(int32_t* error_info, cudaStream_t stream) {
+void check_ws_decode_error(int32_t* error_info, cudaStream_t stream, int first_token) {
   if (!error_info) return;
   int32_t host[4];
   STATECHECK_CUDA_CHECK(
@@ -385,8 +385,8 @@ void check_ws_decode_error(int32_t* error_info, cudaStream_t stream) {
   if (host[0] != 0)
     fail(
         "working-state decode: non-finite state or output in sequence {}, value head {}, token "
-        "{} of the launch; that head's slot was left unchanged",
-        host[1], host[2], host[3]);
+        "{}; that head's slot was left unchanged",
+        host[1], host[2], first_token + host[3]);
 }
 
 void ws_slot_copy(const WorkingStateFormat& f, int HV, int dk, int dv, const void* src_codes,

@@ -95,8 +95,10 @@ bool ws_decode_supports(const WorkingStateFormat& f);
 void ws_decode(const WsDecodeArgs& a, cudaStream_t stream = nullptr);
 
 // Reads error_info (synchronising `stream`) and throws statecheck::Error naming the sequence,
-// value head and token of a refused head; clears it for the next launch. Null: nothing.
-void check_ws_decode_error(int32_t* error_info, cudaStream_t stream = nullptr);
+// value head and token of a refused head (its offset in the launch plus `first_token`, the
+// position of the launch's first token in the caller's run); clears it for the next launch.
+// Null: nothing.
+void check_ws_decode_error(int32_t* error_info, cudaStream_t stream = nullptr, int first_token = 0);
 
 // Copy-on-write of n int8 / fp8 / bf16 working slots inside one pool of the same format:
 // dst[dst_slots[i]] = src[src_slots[i]], codes and scales byte for byte (a checkpoint held in the

@@ -386,7 +386,8 @@ TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
   std::memcpy(b.scales.data() + 4 * at, &inf, 4);
   const HostWsBatch before = b;
   const int T = b.cu_seqlens.back();
-  const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
+  const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv,
+                                 0x3F80);  // 1.0: finite, so a row left unwritten shows
   DeviceBatch d(b, o0);
   ws_decode(d.args(b));
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
@@ -408,8 +409,17 @@ TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
             0);
   // The refused token's outputs are non-finite (NaN from 0 x Inf); NaN payloads may differ.
   EXPECT_EQ(first_difference_nan_equal(d.o.download(), o_ref), -1);
-  const uint16_t refused_out = o_ref[(static_cast<size_t>(b.cu_seqlens[1]) * c.HV + 2) * c.dv];
-  EXPECT_EQ(refused_out & 0x7F80u, 0x7F80u) << "the refused token's output is not Inf or NaN";
+  const size_t refused_row = (static_cast<size_t>(b.cu_seqlens[1]) * c.HV + 2) * c.dv;
+  const std::vector<uint16_t> o_gpu = d.o.download();
+  for (size_t i = refused_row; i < refused_row + c.dv; ++i) {
+    EXPECT_EQ(o_ref[i] & 0x7F80u, 0x7F80u) << "the refused token's output is not Inf or NaN";
+    EXPECT_EQ(o_gpu[i] & 0x7F80u, 0x7F80u) << "the kernel did not write the refused token's row";
+  }
+  // Outside that row the outputs are equal bit for bit (finite, or the untouched sentinel).
+  std::vector<uint16_t> g_rest = o_gpu, r_rest = o_ref;
+  std::fill(g_rest.begin() + refused_row, g_rest.begin() + refused_row + c.dv, 0);
+  std::fill(r_rest.begin() + refused_row, r_rest.begin() + refused_row + c.dv, 0);
+  EXPECT_EQ(first_difference(g_rest, r_rest), -1);
   EXPECT_THROW(check_ws_decode_error(d.error_info.data()), Error);
   EXPECT_NO_THROW(check_ws_decode_error(d.error_info.data()));  // cleared by the first check
 }
