@@ -290,7 +290,7 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   cache("trace-bad-lines", po::value(&t.trace_bad_lines)->default_value(t.trace_bad_lines),
         "replay: reject | skip malformed trace lines (each is reported with its line number)");
   cache("policy", po::value(&t.policy)->default_value(t.policy),
-        "capacity, replay: eviction policy lru | lru-used | marconi | s3fifo | belady, or a comma "
+        "capacity, replay: eviction policy lru | lru-used | marconi | s3fifo | bip | belady, or a comma "
         "list run side by side (docs/cache_policies.md)");
   cache("k-list", po::value(&t.k_list),
         "capacity: comma list of K (default: 128..768 step 32, extended past the checkpoint pool)");
@@ -403,7 +403,7 @@ std::string integer_option_range(const std::string& option) {
 
 // The ranges of the numbers and the input files.
 void check_values(const Options& o) {
-  if (o.tp < 0) fail("--tp must be positive (0: the model's default), got {}", o.tp);
+  if (o.tp < 0) fail("--tp must be 0 (the model's default) or a positive GPU count, got {}", o.tp);
   if (o.threads < 0 || o.threads > 4096) fail("--threads must be in [0, 4096], got {}", o.threads);
   constexpr int kMaxTokens = 1 << 20;
   if (o.prefill < 0 || o.prefill > kMaxTokens)

@@ -39,7 +39,7 @@ Header read_header(const std::string& path, std::ifstream& in) {
   for (int i = 7; i >= 0; --i) h.header_len = (h.header_len << 8) | len_bytes[i];
   // Real headers are a few KB; a longer one is not a states file (and would be read into memory).
   if (h.header_len > (uint64_t(100) << 20))
-    fail("{}: header of {} bytes is larger than 100 MB: not a safetensors states file", path,
+    fail("{}: header of {} bytes is larger than 100 MB: not a safetensors file", path,
          h.header_len);
   if (h.header_len > h.file_size - 8)
     fail(

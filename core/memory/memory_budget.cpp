@@ -88,9 +88,9 @@ Budget compute_budget(const ModelConfig& m, const StateDtypes& d, const BudgetIn
   b.rest_bytes = in.gpu_mem_gib * kGiB * in.mem_fraction - b.weights_bytes - in.reserve_gib * kGiB;
   if (b.rest_bytes <= 0)
     fail(
-        "memory budget: nothing left for caches ({:.2f} GiB x {} - weights {:.2f} GiB - reserves "
-        "{:.2f} GiB)",
-        in.gpu_mem_gib, in.mem_fraction, b.weights_bytes / kGiB, in.reserve_gib);
+        "memory budget: nothing left for caches ({:.2f} GiB x {} - weights {:.2f} GiB at TP {} - "
+        "reserves {:.2f} GiB); a model served across several GPUs needs --tp N (or --weights-gib)",
+        in.gpu_mem_gib, in.mem_fraction, b.weights_bytes / kGiB, m.tp, in.reserve_gib);
   const SlotBytes act = active_slot_bytes(m, d);
   const SlotBytes ck = checkpoint_slot_bytes(m, d);
   int64_t A = in.active_slots;
