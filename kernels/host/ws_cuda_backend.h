@@ -15,7 +15,10 @@
 // then, and afterwards the stored state decoded. copy() is the working-slot copy kernel (or the
 // written state). roundtrip() throws: a working-state pool has no separate checkpoint codec (a
 // checkpoint is a slot copy). Every call completes before it returns; a non-finite state or output
-// is refused by the kernel and reported as a statecheck::Error. The kernel and its CPU reference
+// is refused by the kernel and reported as a statecheck::Error: the refused head keeps its stored
+// state, the other heads of the launch are stored advanced, and a written state not yet advanced
+// stays the one read() returns and the next advance starts from (so after a refusal from a
+// written state, the whole written state is kept). The kernel and its CPU reference
 // (ws_decode_reference) agree bit for bit; against the CPU working-state backend, whose fp32 step
 // sums in another order, the stored states agree within the bounds of tests/gpu/test_ws_decode.cpp.
 #pragma once
