@@ -186,6 +186,25 @@ void H5Writer::write_strings(const std::string& dataset, const std::vector<std::
   attr(dataset, "description", description);
 }
 
+namespace {
+// A scalar attribute `name` on `object` of `file` (replacing one of that name), stored as
+// file_type from *value in memory_type; errors name `path`.
+void write_scalar_attr(hid_t file, const std::string& path, const std::string& object,
+                       const std::string& name, hid_t file_type, hid_t memory_type,
+                       const void* value) {
+  hid_t obj = check_id(H5Oopen(file, object.empty() ? "/" : object.c_str(), H5P_DEFAULT),
+                       "opening " + object, path);
+  hid_t space = H5Screate(H5S_SCALAR);
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  hid_t a = check_id(H5Acreate2(obj, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT),
+                     "attribute " + name, path);
+  check(H5Awrite(a, memory_type, value), "writing attribute " + name, path);
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Oclose(obj);
+}
+}  // namespace
+
 void H5Writer::attr(const std::string& object, const std::string& name, const std::string& value) {
   hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT),
                        "opening " + object, path_);
@@ -194,29 +213,11 @@ void H5Writer::attr(const std::string& object, const std::string& name, const st
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, double value) {
-  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT),
-                       "opening " + object, path_);
-  hid_t space = H5Screate(H5S_SCALAR);
-  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
-  hid_t a = check_id(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT),
-                     "attribute " + name, path_);
-  check(H5Awrite(a, H5T_NATIVE_DOUBLE, &value), "writing attribute " + name, path_);
-  H5Aclose(a);
-  H5Sclose(space);
-  H5Oclose(obj);
+  write_scalar_attr(file_, path_, object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
 void H5Writer::attr(const std::string& object, const std::string& name, int64_t value) {
-  hid_t obj = check_id(H5Oopen(file_, object.empty() ? "/" : object.c_str(), H5P_DEFAULT),
-                       "opening " + object, path_);
-  hid_t space = H5Screate(H5S_SCALAR);
-  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
-  hid_t a = check_id(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
-                     "attribute " + name, path_);
-  check(H5Awrite(a, H5T_NATIVE_INT64, &value), "writing attribute " + name, path_);
-  H5Aclose(a);
-  H5Sclose(space);
-  H5Oclose(obj);
+  write_scalar_attr(file_, path_, object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 
 }  // namespace statecheck

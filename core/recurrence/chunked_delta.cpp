@@ -4,13 +4,10 @@
 #include <cmath>
 #include <vector>
 
+#include "core/recurrence/gated_delta.h"
 #include "core/util/error.h"
 
 namespace statecheck {
-
-namespace {
-constexpr double kL2NormEps = 1e-6;  // as the token loop (flash-linear-attention's l2norm)
-}
 
 void gated_delta_head_chunked_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, int t0,
                                    int t1, int chunk, double* S, double* o) {
@@ -29,16 +26,8 @@ void gated_delta_head_chunked_fp64(const RecurrenceShape& s, const LayerInputs& 
       const int t = c0 + r;
       const float* qt = &in.q[(static_cast<size_t>(t) * s.H + kh) * dk];
       const float* kt = &in.k[(static_cast<size_t>(t) * s.H + kh) * dk];
-      double qn = 1.0, kn = 1.0;
-      if (s.qk_l2norm) {
-        double sq = 0.0, sk = 0.0;
-        for (int j = 0; j < dk; ++j) {
-          sq += static_cast<double>(qt[j]) * qt[j];
-          sk += static_cast<double>(kt[j]) * kt[j];
-        }
-        qn = std::sqrt(sq + kL2NormEps);
-        kn = std::sqrt(sk + kL2NormEps);
-      }
+      const QkNorms nrm = qk_norms_fp64(qt, kt, dk, s.qk_l2norm);
+      const double qn = nrm.q, kn = nrm.k;
       for (int j = 0; j < dk; ++j) {
         Q[r * dk + j] = qt[j] / qn * scale;
         K[r * dk + j] = kt[j] / kn;

@@ -11,7 +11,6 @@
 namespace statecheck {
 
 namespace {
-constexpr double kL2NormEps = 1e-6;
 
 // Refuses a non-finite state before it is stored in a working-state format (the scaled formats
 // would turn it into a column of garbage, as the checkpoint codecs would).
@@ -47,16 +46,8 @@ void head_fp64(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, i
     const float* kt = &in.k[(static_cast<size_t>(t) * s.H + kh) * dk];
     const float* vt = &in.v[(static_cast<size_t>(t) * s.HV + h) * dv];
     const double beta = in.beta[static_cast<size_t>(t) * s.HV + h];
-    double qn = 1.0, kn = 1.0;
-    if (s.qk_l2norm) {
-      double sq = 0.0, sk = 0.0;
-      for (int j = 0; j < dk; ++j) {
-        sq += static_cast<double>(qt[j]) * qt[j];
-        sk += static_cast<double>(kt[j]) * kt[j];
-      }
-      qn = std::sqrt(sq + kL2NormEps);
-      kn = std::sqrt(sk + kL2NormEps);
-    }
+    const QkNorms nrm = qk_norms_fp64(qt, kt, dk, s.qk_l2norm);
+    const double qn = nrm.q, kn = nrm.k;
     for (int j = 0; j < dk; ++j) {
       q[j] = qt[j] / qn * scale;
       k[j] = kt[j] / kn;
@@ -111,8 +102,8 @@ void head_fp32(const RecurrenceShape& s, const LayerInputs& in, int h, int t0, i
     const float* vt = &in.v[(static_cast<size_t>(t) * s.HV + h) * dv];
     const float beta = in.beta[static_cast<size_t>(t) * s.HV + h];
     if (s.qk_l2norm) {
-      q = qt * (scale / std::sqrt(qt.squaredNorm() + static_cast<float>(kL2NormEps)));
-      k = kt / std::sqrt(kt.squaredNorm() + static_cast<float>(kL2NormEps));
+      q = qt * (scale / std::sqrt(qt.squaredNorm() + static_cast<float>(kQkL2NormEps)));
+      k = kt / std::sqrt(kt.squaredNorm() + static_cast<float>(kQkL2NormEps));
     } else {
       q = qt * scale;
       k = kt;

@@ -17,6 +17,7 @@
 // tokens (Dtype::bf16), so codec error and kernel error can be measured apart.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/dtype/dtype.h"
@@ -24,6 +25,28 @@
 #include "core/working_state/format.h"
 
 namespace statecheck {
+
+// The epsilon of the q / k L2 normalisation: x / sqrt(sum x^2 + eps) (flash-linear-attention's
+// and transformers' l2norm).
+constexpr double kQkL2NormEps = 1e-6;
+
+// The norms one token's q and k rows (d_k fp32 values each) are divided by in the fp64 loop:
+// sqrt(sum x^2 + kQkL2NormEps), summed in fp64 in index order; both 1 when `l2norm` is false.
+struct QkNorms {
+  double q = 1.0, k = 1.0;
+};
+inline QkNorms qk_norms_fp64(const float* q, const float* k, int dk, bool l2norm) {
+  QkNorms n;
+  if (!l2norm) return n;
+  double sq = 0.0, sk = 0.0;
+  for (int j = 0; j < dk; ++j) {
+    sq += static_cast<double>(q[j]) * q[j];
+    sk += static_cast<double>(k[j]) * k[j];
+  }
+  n.q = std::sqrt(sq + kQkL2NormEps);
+  n.k = std::sqrt(sk + kQkL2NormEps);
+  return n;
+}
 
 // fp64 ground truth for one value head over tokens [t0, t1): S_vk [d_v, d_k] is updated in place;
 // if o_tv is not null it receives [t1 - t0, d_v] outputs.

@@ -169,6 +169,24 @@ long first_difference(const std::vector<T>& a, const std::vector<T>& b) {
   return -1;
 }
 
+// The stored state of `slot` in batch b, decoded, [HV, d_v, d_k].
+std::vector<float> slot_state(const HostWsBatch& b, int slot) {
+  const size_t n = static_cast<size_t>(b.HV) * b.dv * b.dk;
+  const size_t cs = n * ws_code_bytes(b.format),
+               ss = static_cast<size_t>(b.HV) * b.dk * ws_scale_bytes(b.format);
+  std::vector<float> S(n);
+  ws_decode_slot(b.format, b.HV, b.dv, b.dk, b.codes.data() + slot * cs,
+                 b.scales.data() + slot * ss, S.data());
+  return S;
+}
+
+// The fp32 scale of key channel j of head h in `slot`.
+float fp32_scale(const HostWsBatch& b, int slot, int h, int j) {
+  float s;
+  std::memcpy(&s, b.scales.data() + 4 * ((static_cast<size_t>(slot) * b.HV + h) * b.dk + j), 4);
+  return s;
+}
+
 // The first index where bf16 bit patterns differ, taking any two NaNs as equal (the device's
 // canonical NaN is 0x7FFF, the host's default NaN 0xFFC0; their payloads are not part of the
 // contract); 0 when the sizes differ, -1 when none.
@@ -525,29 +543,17 @@ TEST(WsDecodeReference, OneTokenWithinHalfAStepOfTheFp64Loop) {
       const int slot = b.slot_ids[0];
       const size_t head_elems = static_cast<size_t>(c.dv) * c.dk;
       std::vector<std::vector<double>> S64(c.HV, std::vector<double>(head_elems));
-      auto scale_of = [&](int h, int j) {
-        float s;
-        std::memcpy(&s, b.scales.data() + 4 * ((static_cast<size_t>(slot) * c.HV + h) * c.dk + j),
-                    4);
-        return s;
-      };
-      auto value_of = [&](int h, size_t e) -> float {
-        const size_t at = (static_cast<size_t>(slot) * c.HV + h) * head_elems + e;
-        if (cb == 2) {
-          uint16_t bits;
-          std::memcpy(&bits, b.codes.data() + 2 * at, 2);
-          return ws_bf16_decode(bits);
-        }
-        const float s = scale_of(h, static_cast<int>(e % c.dk));
-        return int8 ? ws_int_decode(static_cast<int8_t>(b.codes[at]), s)
-                    : ws_mul(ws_fp8_e4m3_decode(b.codes[at]), s);
-      };
+      auto scale_of = [&](int h, int j) { return fp32_scale(b, slot, h, j); };
+      // The slot's stored state, decoded, read again after the reference has run.
+      std::vector<float> stored = slot_state(b, slot);
+      auto value_of = [&](int h, size_t e) { return stored[h * head_elems + e]; };
       for (int h = 0; h < c.HV; ++h) {
         for (size_t e = 0; e < head_elems; ++e) S64[h][e] = value_of(h, e);
         gated_delta_head_fp64(shape, in, h, 0, 1, S64[h].data(), nullptr);
       }
       std::vector<uint16_t> o(static_cast<size_t>(c.HV) * c.dv, 0xFFFF);
       ASSERT_TRUE(ws_decode_reference(b, o).empty());
+      stored = slot_state(b, slot);
       double worst = 0.0;  // largest error over its bound
       for (int h = 0; h < c.HV; ++h) {
         double smax = 0.0;
@@ -613,23 +619,10 @@ TEST(WsDecodeReference, OneTokenWithinOneStepOfTheRecurrenceReference) {
       for (int e = 0; e < c.HV; ++e) in.beta[pos * c.HV + e] = b.beta[e];
       const int slot = b.slot_ids[0];
       const size_t head_elems = static_cast<size_t>(c.dv) * c.dk;
-      auto scale_of = [&](int h, int j) {
-        float s;
-        std::memcpy(&s, b.scales.data() + 4 * ((static_cast<size_t>(slot) * c.HV + h) * c.dk + j),
-                    4);
-        return s;
-      };
-      auto value_of = [&](int h, size_t e) -> float {
-        const size_t at = (static_cast<size_t>(slot) * c.HV + h) * head_elems + e;
-        if (cb == 2) {
-          uint16_t bits;
-          std::memcpy(&bits, b.codes.data() + 2 * at, 2);
-          return ws_bf16_decode(bits);
-        }
-        const float s = scale_of(h, static_cast<int>(e % c.dk));
-        return int8 ? ws_int_decode(static_cast<int8_t>(b.codes[at]), s)
-                    : ws_mul(ws_fp8_e4m3_decode(b.codes[at]), s);
-      };
+      auto scale_of = [&](int h, int j) { return fp32_scale(b, slot, h, j); };
+      // The slot's stored state, decoded, read again after the reference has run.
+      std::vector<float> stored = slot_state(b, slot);
+      auto value_of = [&](int h, size_t e) { return stored[h * head_elems + e]; };
       const WorkingStateRun ws{f, b.seed, b.layer, b.seq_index[0]};
       std::vector<std::vector<float>> theirs(c.HV, std::vector<float>(head_elems));
       for (int h = 0; h < c.HV; ++h) {
@@ -639,6 +632,7 @@ TEST(WsDecodeReference, OneTokenWithinOneStepOfTheRecurrenceReference) {
       }
       std::vector<uint16_t> o(static_cast<size_t>(c.HV) * c.dv, 0xFFFF);
       ASSERT_TRUE(ws_decode_reference(b, o).empty());
+      stored = slot_state(b, slot);
       double worst = 0.0;
       size_t differ = 0;
       for (int h = 0; h < c.HV; ++h) {
