@@ -31,6 +31,7 @@
 
 namespace statecheck::inloop {
 
+#ifdef STATECHECK_HAVE_CUDA
 namespace {
 
 // Elements of a and b (same size) whose fp32 bit patterns differ.
@@ -42,6 +43,7 @@ int64_t differing(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 }  // namespace
+#endif
 
 void run_device(const Options& o, H5Writer& file, Summary& summary) {
 #ifndef STATECHECK_HAVE_CUDA

@@ -169,17 +169,34 @@ def inplace_trap(torch, fla_fns, t, i, meta):
                     "stays as it was and no state is returned"}
 
 
-def check_family(family, a, torch, fla_fns, out_dir):
-    work = os.path.join(out_dir, family)
+def export_family(a, torch):
+    """--export-family F: the export of check_family, in a process of its own. transformers'
+    families run with flash-linear-attention blocked (ex.block_fla), so that the reference
+    outputs and states are transformers' own PyTorch recurrence and not FLA's kernels, which this
+    check compares separately; fla_kda is FLA's model code and keeps it. Prints the inputs path."""
+    family = a.export_family
+    if family != "fla_kda":
+        ex.block_fla()
+    work = os.path.join(a.work, family)
     model = ex.random_model(family, torch, a.seed)
     model = model.to(device="cuda", dtype=torch.bfloat16).eval()
-    if family.startswith("qwen"):
+    if family != "fla_kda":
         ex.force_torch_recurrence(model)
     g = torch.Generator().manual_seed(a.seed)
     ids = torch.randint(0, 512, (a.sequences, a.tokens), generator=g).to("cuda")
     inputs = ex.export(model, ids, work, f"random-{family}", f"crosscheck.py {family}",
                        {"compute_dtype": "bfloat16", "text": "random token ids",
                         "seed": str(a.seed)}, torch)
+    print(json.dumps({"inputs": inputs}))
+    return 0
+
+
+def check_family(family, a, torch, fla_fns, out_dir):
+    work = os.path.join(out_dir, family)
+    out = run([sys.executable, os.path.abspath(__file__), "--export-family", family, "--work",
+               out_dir, "--seed", str(a.seed), "--tokens", str(a.tokens), "--sequences",
+               str(a.sequences)])
+    inputs = json.loads(out.strip().splitlines()[-1])["inputs"]
     mj = os.path.join(work, "model.json")
     t, meta = load_inputs(inputs)
     layers = sorted({int(n.split(".")[1]) for n in t})
@@ -306,6 +323,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--self-test", action="store_true")
     p.add_argument("--fixture", metavar="DIR", help="write the host-test fixture into DIR")
+    p.add_argument("--export-family", metavar="F", help=argparse.SUPPRESS)
     p.add_argument("--statecheck", help="path of the statecheck binary")
     p.add_argument("--out", default="results/gpu/crosscheck.json")
     p.add_argument("--work", default="/tmp/statecheck_crosscheck", help="exports go here")
@@ -323,6 +341,8 @@ def main(argv=None):
         import torch
         if a.fixture:
             return fixture(a, torch)
+        if a.export_family:
+            return export_family(a, torch)
         if not a.statecheck:
             raise ex.ExportError("--statecheck BUILD/statecheck is required")
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
@@ -356,6 +376,8 @@ def main(argv=None):
                                         capture_output=True, text=True).stdout.strip()
         except Exception:
             pass
+        # A checkout without its git history (an archive): the commit as given by the caller.
+        fla_commit = fla_commit or os.environ.get("FLA_COMMIT", "")
         doc = {"tool": "scripts/crosscheck.py", "machine": platform.node(),
                "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
                "torch": torch.__version__, "transformers": transformers.__version__,

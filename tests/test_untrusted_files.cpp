@@ -4,12 +4,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -62,7 +64,7 @@ bool one_line(const std::string& s) {
 
 // The crash: a COMPACT dataset of (2, 2, 16, 16) f64 whose stored size is 0. libhdf5
 // would copy 8192 bytes out of an empty message; the storage check refuses it first, in process
-// and in the child process.
+// and in the reader process.
 TEST(UntrustedHdf5, CompactDatasetWithStoredSizeZeroIsRefusedBeforeTheRead) {
   const std::string path = temp_path("compact0.h5");
   test_support::write_compact_lying_about_size(path, {2, 2, 16, 16}, 0);
@@ -90,20 +92,28 @@ TEST(UntrustedHdf5, CompactDatasetWithShortStoredSizeNamesBothSizes) {
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
 
-// A crash inside the child (here a SIGSEGV raised by the shape check, which runs there as a
-// library crash would) is one Error naming the file and the signal; the test process lives on.
+// Sets STATECHECK_HDF5_READER_TEST_FAULT for one scope: the reader process then crashes, loops
+// or allocates without bound before it reads, as a faulty libhdf5 would.
+struct ReaderFault {
+  explicit ReaderFault(const char* fault) { setenv("STATECHECK_HDF5_READER_TEST_FAULT", fault, 1); }
+  ~ReaderFault() { unsetenv("STATECHECK_HDF5_READER_TEST_FAULT"); }
+};
+
+// A crash inside the reader process (a SIGSEGV, raised there as a library crash would) is one
+// Error naming the file and the signal; the test process lives on.
 TEST(UntrustedHdf5, CrashInTheReaderProcessBecomesAnError) {
   const std::string path = kData + "/states/tiny_f64.h5";
-  const std::string msg = error_of([&] {
-    read_hdf5_array_isolated(
-        path, "", [](const std::string&, const std::vector<size_t>&) { raise(SIGSEGV); });
-  });
+  std::string msg;
+  {
+    const ReaderFault fault("segv");
+    msg = error_of([&] { read_hdf5_array_isolated(path); });
+  }
   EXPECT_TRUE(one_line(msg)) << msg;
   EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
   EXPECT_NE(msg.find("signal " + std::to_string(SIGSEGV)), std::string::npos) << msg;
 }
 
-// Memory without bound in the child (1 MiB blocks until 64 GiB) meets the address-space limit of
+// Memory without bound in the reader (1 MiB blocks until 64 GiB) meets the address-space limit of
 // hdf5_child_memory_limit (here 512 MiB + 3 x 1032 x the 10 KB file) long before the machine's,
 // and becomes one Error naming the file.
 TEST(UntrustedHdf5, MemoryBlowUpInTheReaderProcessBecomesAnError) {
@@ -113,28 +123,27 @@ TEST(UntrustedHdf5, MemoryBlowUpInTheReaderProcessBecomesAnError) {
 #endif
   const std::string path = kData + "/states/tiny_f64.h5";
   EXPECT_LT(hdf5_child_memory_limit(std::filesystem::file_size(path)), uint64_t{600} << 20);
-  const std::string msg = error_of([&] {
-    read_hdf5_array_isolated(path, "", [](const std::string&, const std::vector<size_t>&) {
-      std::vector<std::unique_ptr<std::vector<char>>> blocks;
-      for (int i = 0; i < 65536; ++i)
-        blocks.push_back(std::make_unique<std::vector<char>>(size_t{1} << 20, 'x'));
-    });
-  });
+  std::string msg;
+  {
+    const ReaderFault fault("grow");
+    msg = error_of([&] { read_hdf5_array_isolated(path); });
+  }
   EXPECT_TRUE(one_line(msg)) << msg;
   EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("needs more than"), std::string::npos) << msg;
 }
 
-// A child that never returns (here a check that sleeps) is ended by the wall-clock limit, set to
-// 1 s through STATECHECK_HDF5_READER_SECONDS, and becomes one Error naming the file and the limit.
+// A reader that never returns is ended by the wall-clock limit, set to 1 s through
+// STATECHECK_HDF5_READER_SECONDS, and becomes one Error naming the file and the limit.
 TEST(UntrustedHdf5, ReaderProcessThatHangsIsEndedByTheTimeLimit) {
   const std::string path = kData + "/states/tiny_f64.h5";
   ASSERT_EQ(setenv("STATECHECK_HDF5_READER_SECONDS", "1", 1), 0);
   EXPECT_EQ(hdf5_child_time_limit_s(1000), 1u);
-  const std::string msg = error_of([&] {
-    read_hdf5_array_isolated(path, "", [](const std::string&, const std::vector<size_t>&) {
-      for (;;) pause();
-    });
-  });
+  std::string msg;
+  {
+    const ReaderFault fault("hang");
+    msg = error_of([&] { read_hdf5_array_isolated(path); });
+  }
   unsetenv("STATECHECK_HDF5_READER_SECONDS");
   EXPECT_TRUE(one_line(msg)) << msg;
   EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
@@ -151,7 +160,54 @@ TEST(UntrustedHdf5, ReaderProcessThatHangsIsEndedByTheTimeLimit) {
   unsetenv("STATECHECK_HDF5_READER_SECONDS");
 }
 
-// The child's result is the parent's: the shipped fixture read both ways is the same array.
+// The shape check runs in the calling process, before the reader reads the data: what it throws
+// comes back as is, and a check that records the shape sees the file's.
+TEST(UntrustedHdf5, ShapeCheckRunsInTheCallerBeforeTheData) {
+  const std::string path = kData + "/states/tiny_f64.h5";
+  const FloatArray a = read_hdf5_array(path);
+  std::vector<size_t> seen;
+  int calls = 0;
+  const std::string msg = error_of([&] {
+    read_hdf5_array_isolated(path, "", [&](const std::string& name, const std::vector<size_t>& s) {
+      seen = s, ++calls;
+      fail("{}: refused '{}' by the check", path, name);
+    });
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, a.shape);
+  EXPECT_EQ(msg, fmt::format("{}: refused '{}' by the check", path, a.name));
+  EXPECT_EQ(hdf5_dataset_shape_isolated(path, a.name), a.shape);
+}
+
+// Reads from many threads at once while the others allocate: every reader process answers (a
+// forked copy of this multi-threaded process could inherit a lock another thread held and hang).
+TEST(UntrustedHdf5, IsolatedReadsFromManyThreadsAtOnceAllAnswer) {
+  const std::string path = kData + "/states/tiny_f64.h5";
+  const FloatArray want = read_hdf5_array(path);
+  ASSERT_EQ(setenv("STATECHECK_HDF5_READER_SECONDS", "30", 1), 0);
+  std::atomic<int> same{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)  // allocate and free without pause
+    threads.emplace_back([&] {
+      while (!stop) {
+        std::vector<std::unique_ptr<std::vector<float>>> v;
+        for (int i = 1; i < 64; ++i) v.push_back(std::make_unique<std::vector<float>>(i * 37));
+      }
+    });
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t)
+    readers.emplace_back([&] {
+      for (int i = 0; i < 8; ++i) same += read_hdf5_array_isolated(path).data == want.data;
+    });
+  for (auto& r : readers) r.join();
+  stop = true;
+  for (auto& t : threads) t.join();
+  unsetenv("STATECHECK_HDF5_READER_SECONDS");
+  EXPECT_EQ(same.load(), 32);
+}
+
+// The reader's result is the caller's: the shipped fixture read both ways is the same array.
 TEST(UntrustedHdf5, IsolatedReadEqualsTheInProcessRead) {
   const std::string path = kData + "/states/tiny_f64.h5";
   const FloatArray a = read_hdf5_array(path), b = read_hdf5_array_isolated(path);

@@ -1,35 +1,62 @@
 #include "core/io/hdf5_isolated.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <new>
 
-#include "core/io/interrupt_cleanup.h"
+#include <hdf5.h>
+
 #include "core/util/error.h"
+
+extern char** environ;
 
 namespace statecheck {
 
 namespace {
 
-// Pipe framing: a status byte (0 array, 1 error), then length-prefixed fields in host byte
-// order (both ends are the same binary): error: message; array: name, dtype, rank, dims,
-// element count, fp32 values.
+// The reader process is this same executable (/proc/self/exe), started with posix_spawn, never a
+// bare fork: a fork of a multi-threaded process copies locks other threads hold (an allocator's,
+// under AddressSanitizer, which has no fork handlers) and the copy can deadlock on them. The
+// variable below makes the program's start-up (reader_entry) serve one request on the socket at
+// descriptor kReaderFd instead of running main.
+constexpr int kReaderFd = 3;
+constexpr const char* kReaderVar = "STATECHECK_INTERNAL_HDF5_READER";
+constexpr const char* kFaultVar = "STATECHECK_HDF5_READER_TEST_FAULT";
+
+// Requests (parent to reader): op byte, path, dataset name, memory limit (u64 bytes), time limit
+// (u32 s). Frames (reader to parent): a kind byte, then length-prefixed fields in host byte order
+// (both ends are the same binary). kShape asks the parent whether to go on: it answers one byte,
+// 1 to read the data, 0 to stop.
+enum Op : uint8_t {
+  kReadArray = 'a',
+  kDatasetNames = 'n',
+  kRootAttributes = 'r',
+  kHasDataset = 'h'
+};
+enum FrameKind : uint8_t { kResult = 0, kError = 1, kShape = 2 };
+
 bool write_all(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
+    // MSG_NOSIGNAL: a peer that is gone is an error here, not a SIGPIPE that ends the process.
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return false;
     p += w;
@@ -43,31 +70,12 @@ bool read_all(int fd, void* data, size_t n) {
   while (n > 0) {
     const ssize_t r = ::read(fd, p, n);
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0) errno = 0;  // end of file, not a stale error
     if (r <= 0) return false;
     p += r;
     n -= static_cast<size_t>(r);
   }
   return true;
-}
-
-bool write_string(int fd, const std::string& s) {
-  const uint64_t n = s.size();
-  return write_all(fd, &n, sizeof n) && write_all(fd, s.data(), s.size());
-}
-
-bool read_string(int fd, std::string& s, uint64_t limit) {
-  uint64_t n = 0;
-  if (!read_all(fd, &n, sizeof n) || n > limit) return false;
-  s.resize(n);
-  return read_all(fd, s.data(), n);
-}
-
-// The process's address space now, bytes (/proc/self/statm, first field in pages); 0 if unknown.
-uint64_t address_space_bytes() {
-  std::ifstream in("/proc/self/statm");
-  uint64_t pages = 0;
-  in >> pages;
-  return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 // Appends the raw bytes of `v` to `out`.
@@ -79,6 +87,13 @@ void put(std::string& out, const T& v) {
 void put_string(std::string& out, const std::string& s) {
   put(out, static_cast<uint64_t>(s.size()));
   out += s;
+}
+
+bool read_string(int fd, std::string& s, uint64_t limit) {
+  uint64_t n = 0;
+  if (!read_all(fd, &n, sizeof n) || n > limit) return false;
+  s.resize(n);
+  return read_all(fd, s.data(), n);
 }
 
 // Reads the fields put() wrote, in order; false when the payload is shorter than claimed.
@@ -101,16 +116,90 @@ struct Cursor {
   }
 };
 
-[[noreturn]] void child(int fd, const std::string& path, const std::function<std::string()>& work,
-                        uint64_t limit, unsigned seconds) {
-  forget_interrupt_cleanup();
-  // SIGALRM's default action ends the child: a read that loops or deadlocks becomes an error.
-  // The forking thread may block SIGALRM; the child unblocks it, or the alarm never arrives.
-  signal(SIGALRM, SIG_DFL);
+// The process's address space now, bytes (/proc/self/statm, first field in pages); 0 if unknown.
+uint64_t address_space_bytes() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t pages = 0;
+  in >> pages;
+  return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// ---- the reader process ----
+
+// Thrown inside the reader when the parent answers a shape with "stop".
+struct Stopped {};
+
+std::string serve(int fd, uint8_t op, const std::string& path, const std::string& name) {
+  std::string out;
+  switch (op) {
+    case kReadArray: {
+      const FloatArray a =
+          read_hdf5_array(path, name, [&](const std::string& n, const std::vector<size_t>& dims) {
+            std::string frame;
+            put(frame, static_cast<uint8_t>(kShape));
+            put_string(frame, n);
+            put(frame, static_cast<uint64_t>(dims.size()));
+            for (size_t d : dims) put(frame, static_cast<uint64_t>(d));
+            uint8_t go = 0;
+            if (!write_all(fd, frame.data(), frame.size()) || !read_all(fd, &go, 1) || go != 1)
+              throw Stopped{};
+          });
+      put_string(out, a.name);
+      put_string(out, a.dtype);
+      put(out, static_cast<uint64_t>(a.shape.size()));
+      for (size_t d : a.shape) put(out, static_cast<uint64_t>(d));
+      put(out, static_cast<uint64_t>(a.data.size()));
+      out.append(reinterpret_cast<const char*>(a.data.data()), a.data.size() * sizeof(float));
+      return out;
+    }
+    case kDatasetNames:
+      for (const std::string& n : hdf5_dataset_names(path)) put_string(out, n);
+      return out;
+    case kRootAttributes:
+      for (const auto& [k, v] : hdf5_root_attributes(path)) {
+        put_string(out, k);
+        put_string(out, v);
+      }
+      return out;
+    case kHasDataset:
+      return hdf5_has_dataset(path, name) ? "1" : "0";
+    default:
+      fail("{}: unknown request {} to the HDF5 reader", path, static_cast<int>(op));
+  }
+}
+
+// A fault the tests of the isolation ask for (STATECHECK_HDF5_READER_TEST_FAULT), standing in
+// for a libhdf5 that crashes, loops or allocates without bound: "segv", "hang" or "grow".
+void test_fault() {
+  const char* fault = std::getenv(kFaultVar);
+  if (!fault) return;
+  if (std::strcmp(fault, "segv") == 0) raise(SIGSEGV);
+  if (std::strcmp(fault, "hang") == 0)
+    for (;;) pause();
+  if (std::strcmp(fault, "grow") == 0) {
+    std::vector<std::unique_ptr<std::vector<char>>> blocks;
+    for (int i = 0; i < 65536; ++i)
+      blocks.push_back(std::make_unique<std::vector<char>>(size_t{1} << 20, 'x'));
+  }
+}
+
+[[noreturn]] void reader_process(int fd) {
+  // SIGALRM's default action ends the reader: a read that loops or deadlocks becomes an error.
+  // The faults' too (a sanitizer's handler would turn them into SIGABRT): the caller then names
+  // the signal libhdf5 died of.
+  for (int sig : {SIGALRM, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, SIG_DFL);
   sigset_t alarm_only;
   sigemptyset(&alarm_only);
   sigaddset(&alarm_only, SIGALRM);
-  pthread_sigmask(SIG_UNBLOCK, &alarm_only, nullptr);
+  sigprocmask(SIG_UNBLOCK, &alarm_only, nullptr);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  uint8_t op = 0;
+  std::string path, name;
+  uint64_t limit = 0;
+  uint32_t seconds = 0;
+  if (!read_all(fd, &op, 1) || !read_string(fd, path, 1 << 20) || !read_string(fd, name, 1 << 16) ||
+      !read_all(fd, &limit, sizeof limit) || !read_all(fd, &seconds, sizeof seconds))
+    _exit(4);
   alarm(seconds);
   const uint64_t now = address_space_bytes();
   if (now > 0) {
@@ -118,11 +207,14 @@ struct Cursor {
     rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(now + limit);
     setrlimit(RLIMIT_AS, &rl);
   }
-  uint8_t status = 1;
+  uint8_t kind = kError;
   std::string message, payload;
   try {
-    payload = work();
-    status = 0;
+    test_fault();
+    payload = serve(fd, op, path, name);
+    kind = kResult;
+  } catch (const Stopped&) {
+    _exit(0);
   } catch (const Error& e) {
     message = e.what();
   } catch (const std::bad_alloc&) {
@@ -133,54 +225,172 @@ struct Cursor {
   } catch (const std::exception& e) {
     message = fmt::format("{}: reading the HDF5 file failed ({})", path, e.what());
   }
-  bool ok = write_all(fd, &status, 1);
-  ok = ok && write_string(fd, status == 1 ? message : payload);
-  ::close(fd);
+  const std::string& body = kind == kResult ? payload : message;
+  const uint64_t size = body.size();
+  const bool ok = write_all(fd, &kind, 1) && write_all(fd, &size, sizeof size) &&
+                  write_all(fd, body.data(), body.size());
   _exit(ok ? 0 : 3);
 }
 
-// Runs `work` (libhdf5 calls on `path`) in a forked child with a limited address space and
-// returns the bytes it produced; the failures of read_hdf5_array_isolated (header) as one line.
-std::string run_isolated(const std::string& path, const std::function<std::string()>& work) {
+// Runs before main in every program that links this file: in a reader process it serves the
+// request and ends, so nothing of the program itself (main, its files) runs there.
+__attribute__((constructor)) void reader_entry() {
+  const char* v = std::getenv(kReaderVar);
+  if (!v) return;
+  struct stat st;
+  if (std::strcmp(v, "1") != 0 || fstat(kReaderFd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    std::fprintf(stderr, "statecheck: %s is set but this is not an HDF5 reader process; unset it\n",
+                 kReaderVar);
+    _exit(2);
+  }
+  reader_process(kReaderFd);
+}
+
+// ---- the parent ----
+
+// Ends the reader (if still running) and collects its exit status.
+int reap(pid_t pid, bool kill_it) {
+  if (kill_it) kill(pid, SIGKILL);
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  return wstatus;
+}
+
+// Starts the reader process with its end of the socket at kReaderFd; returns its pid.
+pid_t spawn_reader(const std::string& path, int child_end) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  // dup2 onto another number clears close-on-exec, so only this descriptor reaches the reader.
+  posix_spawn_file_actions_adddup2(&actions, child_end, kReaderFd);
+  // A default signal disposition and an empty mask: the forking thread may block SIGALRM.
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGALRM, SIGPIPE, SIGINT, SIGTERM, SIGHUP}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<std::string> env_strings;
+  const std::string prefix = std::string(kReaderVar) + "=";
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) env_strings.emplace_back(*e);
+  env_strings.push_back(prefix + "1");
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  char arg0[] = "statecheck-hdf5-reader";
+  char* argv[] = {arg0, nullptr};
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) fail("{}: cannot start the HDF5 reader process ({})", path, std::strerror(rc));
+  return pid;
+}
+
+// Runs request `op` on `path` (and dataset `name`) in the reader process, whose address space is
+// limited, and returns the bytes it produced. `on_shape` answers the reader's shape frames: true
+// to read the data, false to stop (the result is then empty); what it throws is rethrown after
+// the reader has been ended. The failures of read_hdf5_array_isolated (header) as one line.
+std::string run_isolated(
+    const std::string& path, uint8_t op, const std::string& name,
+    const std::function<bool(const std::string&, const std::vector<size_t>&)>& on_shape) {
   std::error_code ec;
   const uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) fail("{}: cannot read the file size ({})", path, ec.message());
   const uint64_t limit = hdf5_child_memory_limit(file_size);
-  const unsigned seconds = hdf5_child_time_limit_s(file_size);
+  const uint32_t seconds = hdf5_child_time_limit_s(file_size);
   int fds[2];
-  // Close-on-exec: a program another thread starts meanwhile does not inherit the write end.
-  if (::pipe2(fds, O_CLOEXEC) != 0)
-    fail("{}: cannot create a pipe for the HDF5 reader ({})", path, std::strerror(errno));
-  std::fflush(nullptr);  // nothing buffered is written twice
-  const pid_t pid = fork();
-  if (pid < 0) {
+  // Close-on-exec: a program another thread starts meanwhile does not inherit either end.
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    fail("{}: cannot create a socket for the HDF5 reader ({})", path, std::strerror(errno));
+  if (fds[1] == kReaderFd) {  // dup2 onto itself would keep close-on-exec set
+    const int moved = fcntl(fds[1], F_DUPFD_CLOEXEC, kReaderFd + 1);
+    ::close(fds[1]);
+    fds[1] = moved;
+    if (moved < 0) {
+      ::close(fds[0]);
+      fail("{}: cannot create a socket for the HDF5 reader ({})", path, std::strerror(errno));
+    }
+  }
+  pid_t pid = -1;
+  try {
+    pid = spawn_reader(path, fds[1]);
+  } catch (...) {
     ::close(fds[0]);
     ::close(fds[1]);
-    fail("{}: cannot start the HDF5 reader process ({})", path, std::strerror(errno));
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    child(fds[1], path, work, limit, seconds);
+    throw;
   }
   ::close(fds[1]);
-  // Read everything the child sends, then reap it; a child that died sent less than a frame.
-  uint8_t status = 2;
+  const int fd = fds[0];
+  // A reader stuck before its own alarm is armed still ends: the parent stops waiting a minute
+  // after the reader's limit.
+  struct timeval tv;
+  tv.tv_sec = static_cast<time_t>(seconds) + 60;
+  tv.tv_usec = 0;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+
+  std::string request;
+  put(request, op);
+  put_string(request, path);
+  put_string(request, name);
+  put(request, limit);
+  put(request, seconds);
+  uint8_t kind = 255;
   std::string text;
-  bool complete = false;
+  bool complete = false, stopped = false, timed_out = false;
+  // A failed read of the reader's frames: EOF (the reader ended) or the receive timeout.
+  const auto got = [&](bool ok) {
+    if (!ok) timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+    return ok;
+  };
   try {
-    complete = read_all(fds[0], &status, 1) && status <= 1 &&
-               read_string(fds[0], text, status == 1 ? (1 << 16) : kHdf5MaxReadBytes + (1 << 20));
-  } catch (const std::exception&) {  // the result's buffer could not be allocated
-    ::close(fds[0]);
-    kill(pid, SIGKILL);
-    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    if (write_all(fd, request.data(), request.size())) {
+      for (;;) {
+        if (!got(read_all(fd, &kind, 1))) break;
+        if (kind == kShape) {
+          std::string dataset;
+          uint64_t rank = 0;
+          if (!got(read_string(fd, dataset, 1 << 16)) || !got(read_all(fd, &rank, sizeof rank)) ||
+              rank > 32)
+            break;
+          std::vector<size_t> dims(rank);
+          bool ok = true;
+          for (uint64_t d = 0; d < rank && ok; ++d) {
+            uint64_t v = 0;
+            ok = got(read_all(fd, &v, sizeof v));
+            dims[d] = static_cast<size_t>(v);
+          }
+          if (!ok) break;
+          const uint8_t go = on_shape && !on_shape(dataset, dims) ? 0 : 1;
+          stopped = go == 0;
+          if (!write_all(fd, &go, 1) || stopped) break;
+          continue;
+        }
+        complete =
+            kind <= kError &&
+            got(read_string(fd, text, kind == kError ? (1 << 16) : kHdf5MaxReadBytes + (1 << 20)));
+        break;
+      }
     }
+  } catch (const std::bad_alloc&) {  // the result's buffer could not be allocated
+    ::close(fd);
+    reap(pid, true);
     fail("{}: the HDF5 reader's result does not fit in this process's memory", path);
+  } catch (...) {  // on_shape refused the shape
+    ::close(fd);
+    reap(pid, true);
+    throw;
   }
-  ::close(fds[0]);
-  int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-  }
+  ::close(fd);
+  const int wstatus = reap(pid, timed_out || stopped);
+  if (stopped) return std::string();
+  if (timed_out)
+    fail("{}: the HDF5 reader did not finish within {} s reading this file: damaged or crafted",
+         path, seconds);
   if (WIFSIGNALED(wstatus)) {
     const int sig = WTERMSIG(wstatus);
     if (sig == SIGALRM)
@@ -194,8 +404,8 @@ std::string run_isolated(const std::string& path, const std::function<std::strin
     fail("{}: the HDF5 library crashed on this file (signal {}, {}): damaged or crafted", path, sig,
          strsignal(sig));
   }
-  if (complete && status == 1) throw Error(text);
-  if (!complete || status != 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
+  if (complete && kind == kError) throw Error(text);
+  if (!complete || kind != kResult || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
     fail("{}: the HDF5 reader ended without a result (exit status {}): damaged or crafted file",
          path, WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
   return text;
@@ -226,17 +436,11 @@ uint64_t hdf5_child_memory_limit(uint64_t file_size) {
 
 FloatArray read_hdf5_array_isolated(const std::string& path, const std::string& name,
                                     const ShapeCheck& check) {
-  const std::string bytes = run_isolated(path, [&] {
-    const FloatArray a = read_hdf5_array(path, name, check);
-    std::string out;
-    put_string(out, a.name);
-    put_string(out, a.dtype);
-    put(out, static_cast<uint64_t>(a.shape.size()));
-    for (size_t d : a.shape) put(out, static_cast<uint64_t>(d));
-    put(out, static_cast<uint64_t>(a.data.size()));
-    out.append(reinterpret_cast<const char*>(a.data.data()), a.data.size() * sizeof(float));
-    return out;
-  });
+  const std::string bytes =
+      run_isolated(path, kReadArray, name, [&](const std::string& n, const std::vector<size_t>& s) {
+        if (check) check(n, s);
+        return true;
+      });
   FloatArray a;
   Cursor c{bytes};
   uint64_t rank = 0, count = 0, product = 1;
@@ -256,11 +460,7 @@ FloatArray read_hdf5_array_isolated(const std::string& path, const std::string& 
 }
 
 std::vector<std::string> hdf5_dataset_names_isolated(const std::string& path) {
-  const std::string bytes = run_isolated(path, [&] {
-    std::string out;
-    for (const std::string& n : hdf5_dataset_names(path)) put_string(out, n);
-    return out;
-  });
+  const std::string bytes = run_isolated(path, kDatasetNames, "", nullptr);
   std::vector<std::string> names;
   Cursor c{bytes};
   while (c.at < bytes.size()) {
@@ -272,14 +472,7 @@ std::vector<std::string> hdf5_dataset_names_isolated(const std::string& path) {
 }
 
 std::map<std::string, std::string> hdf5_root_attributes_isolated(const std::string& path) {
-  const std::string bytes = run_isolated(path, [&] {
-    std::string out;
-    for (const auto& [k, v] : hdf5_root_attributes(path)) {
-      put_string(out, k);
-      put_string(out, v);
-    }
-    return out;
-  });
+  const std::string bytes = run_isolated(path, kRootAttributes, "", nullptr);
   std::map<std::string, std::string> values;
   Cursor c{bytes};
   while (c.at < bytes.size()) {
@@ -292,33 +485,18 @@ std::map<std::string, std::string> hdf5_root_attributes_isolated(const std::stri
 }
 
 std::vector<size_t> hdf5_dataset_shape_isolated(const std::string& path, const std::string& name) {
-  struct Shape {
-    std::vector<size_t> dims;
-  };
-  const std::string bytes = run_isolated(path, [&] {
-    std::string out;
-    try {
-      read_hdf5_array(path, name,
-                      [](const std::string&, const std::vector<size_t>& s) { throw Shape{s}; });
-    } catch (const Shape& shape) {
-      for (size_t d : shape.dims) put(out, static_cast<uint64_t>(d));
-      return out;
-    }
-    fail("{}: dataset '{}' could not be inspected", path, name);
-  });
   std::vector<size_t> dims;
-  Cursor c{bytes};
-  while (c.at < bytes.size()) {
-    uint64_t d = 0;
-    if (!c.get(d)) fail("{}: the HDF5 reader returned a damaged result", path);
-    dims.push_back(static_cast<size_t>(d));
-  }
+  bool seen = false;
+  run_isolated(path, kReadArray, name, [&](const std::string&, const std::vector<size_t>& s) {
+    dims = s, seen = true;
+    return false;
+  });
+  if (!seen) fail("{}: dataset '{}' could not be inspected", path, name);
   return dims;
 }
 
 bool hdf5_has_dataset_isolated(const std::string& path, const std::string& name) {
-  return run_isolated(path,
-                      [&] { return std::string(hdf5_has_dataset(path, name) ? "1" : "0"); }) == "1";
+  return run_isolated(path, kHasDataset, name, nullptr) == "1";
 }
 
 }  // namespace statecheck

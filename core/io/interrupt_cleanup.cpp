@@ -94,16 +94,6 @@ void install_interrupt_cleanup() {
     sigaction(kFaults[i], &fa, &g_previous_fault[i]);
 }
 
-void forget_interrupt_cleanup() {
-  for (Slot& s : g_slots) s.used.store(false, std::memory_order_release);
-  struct sigaction dfl;
-  std::memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  for (const int sig : kInterrupts) sigaction(sig, &dfl, nullptr);
-  for (const int sig : kFaults) sigaction(sig, &dfl, nullptr);
-}
-
 int register_interrupt_cleanup(const std::string& path, bool is_directory) {
   if (path.empty() || path.size() >= sizeof(Slot::path)) return -1;
   for (int i = 0; i < kInterruptCleanupSlots; ++i) {

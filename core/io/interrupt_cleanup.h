@@ -23,10 +23,6 @@ inline constexpr int kInterruptCleanupSlots = 256;
 // the command line before any work.
 void install_interrupt_cleanup();
 
-// For a forked child that must not touch its parent's files: forgets every registration and
-// puts the default action back on every signal above (the child's own crash is then its own).
-void forget_interrupt_cleanup();
-
 // Registers `path` (a file to unlink, or a folder to remove if empty) and returns its id, or -1
 // when it cannot be registered. A folder created inside another is registered after it.
 int register_interrupt_cleanup(const std::string& path, bool is_directory);
