@@ -385,48 +385,59 @@ void bench_working_state(const Options& o, GpuTimer& timer, std::vector<Row>& ro
         a.slot_ids = d_ids.data(), a.cu_seqlens = d_cu.data(), a.seed = hb.seed;
         a.q = d_q.data(), a.k = d_k.data(), a.v = d_v.data(), a.g = d_g.data(),
         a.beta = d_beta.data(), a.o = d_o.data(), a.error_info = d_err.data();
-        ws_decode(a);
-        check_ws_decode_error(d_err.data());
-        {
-          const int nv = std::min(B, 8);
-          HostWsBatch check = hb;
-          check.slot_ids.resize(nv);
-          check.cu_seqlens.resize(nv + 1);
-          // The first nv sequences hold the first nv tokens (one token each).
-          check.q.resize(static_cast<size_t>(nv) * sh.H * dk);
-          check.k.resize(check.q.size());
-          check.v.resize(static_cast<size_t>(nv) * sh.HV * dv);
-          check.g.resize(static_cast<size_t>(nv) * sh.HV * (sh.gate == GateKind::kda ? dk : 1));
-          check.beta.resize(static_cast<size_t>(nv) * sh.HV);
-          std::vector<uint16_t> o_ref(static_cast<size_t>(nv) * sh.HV * dv, 0xFFFF);
-          if (!ws_decode_reference(check, o_ref).empty())
-            fail("bench: the working-state reference refused a head: no speed reported");
-          const std::vector<uint16_t> o_gpu = d_o.download();
-          const std::vector<uint8_t> codes = d_codes.download(), scales = d_scales.download();
-          bool same = std::equal(o_ref.begin(), o_ref.end(), o_gpu.begin());
-          for (int n = 0; n < nv; ++n) {
-            const size_t cs = slot_elems * cb, ss = static_cast<size_t>(sh.HV) * dk * sb;
-            const size_t s = check.slot_ids[n];
-            same = same &&
-                   std::memcmp(codes.data() + s * cs, check.codes.data() + s * cs, cs) == 0 &&
-                   (ss == 0 ||
-                    std::memcmp(scales.data() + s * ss, check.scales.data() + s * ss, ss) == 0);
+        // Both layouts of the kernel at d_k = 128 (rows_per_thread 4 and 2) at the largest batch,
+        // each checked bit for bit against the CPU reference from the same stored states first.
+        const std::vector<int> layouts =
+            B == batches.back() && dk == 128 ? std::vector<int>{4, 2} : std::vector<int>{4};
+        for (const int rpt : layouts) {
+          d_codes.upload(hb.codes);
+          d_scales.upload(hb.scales);
+          d_o.fill_bytes(0xFF);
+          a.rows_per_thread = rpt;
+          ws_decode(a);
+          check_ws_decode_error(d_err.data());
+          {
+            const int nv = std::min(B, 8);
+            HostWsBatch check = hb;
+            check.slot_ids.resize(nv);
+            check.cu_seqlens.resize(nv + 1);
+            // The first nv sequences hold the first nv tokens (one token each).
+            check.q.resize(static_cast<size_t>(nv) * sh.H * dk);
+            check.k.resize(check.q.size());
+            check.v.resize(static_cast<size_t>(nv) * sh.HV * dv);
+            check.g.resize(static_cast<size_t>(nv) * sh.HV * (sh.gate == GateKind::kda ? dk : 1));
+            check.beta.resize(static_cast<size_t>(nv) * sh.HV);
+            std::vector<uint16_t> o_ref(static_cast<size_t>(nv) * sh.HV * dv, 0xFFFF);
+            if (!ws_decode_reference(check, o_ref).empty())
+              fail("bench: the working-state reference refused a head: no speed reported");
+            const std::vector<uint16_t> o_gpu = d_o.download();
+            const std::vector<uint8_t> codes = d_codes.download(), scales = d_scales.download();
+            bool same = std::equal(o_ref.begin(), o_ref.end(), o_gpu.begin());
+            for (int n = 0; n < nv; ++n) {
+              const size_t cs = slot_elems * cb, ss = static_cast<size_t>(sh.HV) * dk * sb;
+              const size_t s = check.slot_ids[n];
+              same = same &&
+                     std::memcmp(codes.data() + s * cs, check.codes.data() + s * cs, cs) == 0 &&
+                     (ss == 0 ||
+                      std::memcmp(scales.data() + s * ss, check.scales.data() + s * ss, ss) == 0);
+            }
+            if (!same)
+              fail(
+                  "bench: ws_decode {} {} B {} differs from the CPU reference bit for bit: no "
+                  "speed "
+                  "reported",
+                  sh.name, hb.format.name(), B);
           }
-          if (!same)
-            fail(
-                "bench: ws_decode {} {} B {} differs from the CPU reference bit for bit: no speed "
-                "reported",
-                sh.name, hb.format.name(), B);
+          std::string fname = hb.format.name();
+          std::replace(fname.begin(), fname.end(), '-', '_');
+          Row r{fmt::format("decode_{}_ws_{}_B{}{}", sh.name, fname, B, rpt == 4 ? "" : "_rows2")};
+          r.set_times(timer.time([&](cudaStream_t s) { ws_decode(a, s); }, repeats));
+          r.kernel = "ws_decode";
+          r.bytes = ws_decode_bytes(a, B);
+          r.flops = ws_decode_flops(a, B);
+          r.tokens = B;
+          rows.push_back(r);
         }
-        std::string fname = hb.format.name();
-        std::replace(fname.begin(), fname.end(), '-', '_');
-        Row r{fmt::format("decode_{}_ws_{}_B{}", sh.name, fname, B)};
-        r.set_times(timer.time([&](cudaStream_t s) { ws_decode(a, s); }, repeats));
-        r.kernel = "ws_decode";
-        r.bytes = ws_decode_bytes(a, B);
-        r.flops = ws_decode_flops(a, B);
-        r.tokens = B;
-        rows.push_back(r);
       }
     }
   }

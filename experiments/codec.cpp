@@ -13,7 +13,8 @@
 // `--device cpu` runs it on the fp32 reference (Eigen) with the CPU codecs; `--device cuda` runs
 // it on the fp32 reference and then on the CUDA pool kernels (bf16 q/k/v and outputs, fp32 state
 // pool, donate / copy-on-write through the checkpoint kernels), recorded side by side with the
-// GPU path's prefill states and decode outputs compared against the CPU reference's.
+// GPU path's prefill states and decode outputs compared against the CPU reference's, and then
+// the working-state decode kernels beside their CPU reference (record_working_state_device).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -33,6 +34,9 @@
 #ifdef STATECHECK_HAVE_CUDA
 #include "kernels/common/device.h"
 #include "kernels/host/cuda_backend.h"
+#include "kernels/host/ws_cuda_backend.h"
+#include "kernels/host/ws_reference_backend.h"
+#include "kernels/working_state/ws_decode.h"
 #endif
 
 namespace statecheck {
@@ -304,6 +308,74 @@ void record_codec(const CodecMeasurement& r, const ModelConfig& m, const StatesS
   summary.set("cuda.decode_output_relerr_vs_cpu", decode_vs_ref.relerr());
 }
 
+#ifdef STATECHECK_HAVE_CUDA
+// The working-state decode kernels beside their CPU reference (codec/cuda/working_state/<format>
+// and the summary keys cuda.ws.<format>.*): for every format with a kernel, the decode steps of
+// each (state, layer) run from the CPU reference's prefilled fp32 state with the state kept in
+// that format between tokens, once by the CUDA kernel (cuda_ws_backend) and once by the kernel's
+// CPU reference (ws_reference_backend), both with bf16 q/k/v, keyed by (seed, layer, state):
+//   cuda.ws.<format>.output_mismatches   decode outputs whose bits differ between the two (0)
+//   cuda.ws.<format>.decode_relerr       GPU outputs against the fp32 CPU decode from the same
+//                                        state (the bf16 inputs alone give
+//                                        cuda.decode_output_relerr_vs_cpu)
+void record_working_state_device(const CodecMeasurement& ref, const StatesSource& source,
+                                 const RecurrenceShape& shape, uint64_t seed, int threads,
+                                 H5Writer& file, Summary& summary) {
+  std::vector<WorkingStateFormat> formats;
+  for (const WorkingStateFormat& f : all_working_state_formats())
+    if (cuda::ws_decode_supports(f)) formats.push_back(f);
+  const int F = static_cast<int>(formats.size()), L = ref.L, Tp = ref.Tp, Td = ref.Td;
+  const int items = ref.N * L;
+  std::vector<std::vector<float>> gpu(static_cast<size_t>(F) * items),
+      cpu(static_cast<size_t>(F) * items);
+  auto decode = [&](const RecurrenceBackend& backend, int item, std::vector<float>& o) {
+    const int n = item / L, l = item % L;
+    const LayerInputs in = source.layer_inputs(n, l, Tp + Td);
+    const std::unique_ptr<LayerRun> run = backend.bind_at(shape, in, 1, l, n);
+    run->write(0, ref.prefill_state[item].data());
+    o.assign(ref.ref_outputs[item].size(), 0.0f);
+    run->advance(0, Tp, Tp + Td, o.data());
+  };
+  Progress progress("codec working-state decode (cuda + reference)", 2L * F * items);
+  for (int j = 0; j < F * items; ++j) {  // one device: one run after another
+    decode(*cuda::cuda_ws_backend(formats[j / items], seed), j % items, gpu[j]);
+    progress.tick();
+  }
+  parallel_for(F * items, threads, [&](int j) {
+    decode(*cuda::ws_reference_backend(formats[j / items], seed), j % items, cpu[j]);
+    progress.tick();
+  });
+  const std::string g = "codec/cuda/working_state";
+  file.group(g);
+  file.attr(g, "protocol",
+            std::string("decode steps from the CPU reference's prefilled fp32 state, the state "
+                        "kept in the format between tokens; GPU kernel and its CPU reference"));
+  ReportTable table(
+      fmt::format("codec: working-state decode kernels ({} steps), GPU beside its CPU reference",
+                  Td),
+      {"format", "output mismatches", "decode relerr"});
+  for (int fi = 0; fi < F; ++fi) {
+    int64_t differ = 0;
+    ErrorStats err;
+    for (int item = 0; item < items; ++item) {
+      const std::vector<float>& a = gpu[static_cast<size_t>(fi) * items + item];
+      const std::vector<float>& b = cpu[static_cast<size_t>(fi) * items + item];
+      for (size_t e = 0; e < a.size(); ++e) differ += std::memcmp(&a[e], &b[e], sizeof(float)) != 0;
+      err.merge(compare(ref.ref_outputs[item].data(), a.data(), a.size()));
+    }
+    const std::string name = formats[fi].name(), fg = g + "/" + name;
+    file.write_scalar(fg + "/output_mismatches", static_cast<double>(differ), "elements",
+                      "decode outputs whose bits differ between the GPU and its CPU reference");
+    file.write_scalar(fg + "/decode_relerr", err.relerr(), "1",
+                      "GPU decode outputs against the fp32 CPU decode from the same state");
+    summary.set("cuda.ws." + name + ".output_mismatches", static_cast<double>(differ));
+    summary.set("cuda.ws." + name + ".decode_relerr", err.relerr());
+    table.add_row({name, fmt::format("{}", differ), report_number(err.relerr())});
+  }
+  table.print();
+}
+#endif
+
 }  // namespace
 
 void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
@@ -345,6 +417,7 @@ void run_codec(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
     const CodecMeasurement dev =
         measure_codec(*gpu, source, shape, L, Tp, Td, codecs, o.thread_count(), true);
     record_codec_device(dev, ref, cuda::device_description(), file, summary);
+    record_working_state_device(ref, source, shape, o.seed, o.thread_count(), file, summary);
 #else
     fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif

@@ -29,9 +29,11 @@
 namespace statecheck::cuda {
 namespace {
 
-template <Store ST, int CPL, bool KDA, bool SR>
-__global__ void __launch_bounds__(kBlockThreads, 2) ws_decode_kernel(WsParams p) {
-  constexpr int RPT = kRowsPerThread;
+// RPT rows per thread: 4 (256 threads at d_v = 128, two blocks per SM) or 2 (512 threads, one
+// block per SM, half the state registers per thread).
+template <Store ST, int CPL, bool KDA, bool SR, int RPT>
+__global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
+    ws_decode_kernel(WsParams p) {
   constexpr int NW = Packed<ST, CPL>::kWords;
   constexpr int EB = ST == Store::bf16 ? 2 : 1;  // bytes per element
   constexpr bool kScaled = ST != Store::bf16;
@@ -273,35 +275,37 @@ bool aligned16(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
 
-int block_threads(int dv) {
-  const int threads = kLanesPerRow * ((dv + kRowsPerThread - 1) / kRowsPerThread);
+int block_threads(int dv, int rows_per_thread) {
+  const int threads = kLanesPerRow * ((dv + rows_per_thread - 1) / rows_per_thread);
   return (threads + 31) / 32 * 32;
 }
 
-template <Store ST, int CPL>
+template <Store ST, int CPL, int RPT>
 void launch(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
-  const int threads = block_threads(a.dv);
+  const int threads = block_threads(a.dv, RPT);
   const size_t shared = (2 * static_cast<size_t>(threads / 32) * a.dk + 4 * a.dk) * sizeof(float);
   const dim3 grid(a.num_seqs, a.HV);
   const bool kda = a.gate == GateKind::kda;
   if (kda && p.sr)
-    ws_decode_kernel<ST, CPL, true, true><<<grid, threads, shared, stream>>>(p);
+    ws_decode_kernel<ST, CPL, true, true, RPT><<<grid, threads, shared, stream>>>(p);
   else if (kda)
-    ws_decode_kernel<ST, CPL, true, false><<<grid, threads, shared, stream>>>(p);
+    ws_decode_kernel<ST, CPL, true, false, RPT><<<grid, threads, shared, stream>>>(p);
   else if (p.sr)
-    ws_decode_kernel<ST, CPL, false, true><<<grid, threads, shared, stream>>>(p);
+    ws_decode_kernel<ST, CPL, false, true, RPT><<<grid, threads, shared, stream>>>(p);
   else
-    ws_decode_kernel<ST, CPL, false, false><<<grid, threads, shared, stream>>>(p);
+    ws_decode_kernel<ST, CPL, false, false, RPT><<<grid, threads, shared, stream>>>(p);
 }
 
 template <Store ST>
 void launch_store(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
   if (a.dk == 32)
-    launch<ST, 4>(a, p, stream);
+    launch<ST, 4, 4>(a, p, stream);
   else if (a.dk == 64)
-    launch<ST, 8>(a, p, stream);
+    launch<ST, 8, 4>(a, p, stream);
+  else if (a.rows_per_thread == 2)
+    launch<ST, 16, 2>(a, p, stream);
   else
-    launch<ST, 16>(a, p, stream);
+    launch<ST, 16, 4>(a, p, stream);
 }
 
 }  // namespace
@@ -329,6 +333,9 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   if (a.dk != 32 && a.dk != 64 && a.dk != 128)
     fail("working-state decode: d_k {} (expected 32, 64 or 128)", a.dk);
   if (a.dv > kMaxDv) fail("working-state decode: d_v {} above {}", a.dv, kMaxDv);
+  if (a.rows_per_thread != 0 && a.rows_per_thread != 4 && !(a.rows_per_thread == 2 && a.dk == 128))
+    fail("working-state decode: rows_per_thread {} (0 or 4; 2 at d_k = 128 only)",
+         a.rows_per_thread);
   if (a.num_seqs < 0 || a.pool_slots < 0)
     fail("working-state decode: num_seqs {} and pool_slots {} must be >= 0", a.num_seqs,
          a.pool_slots);

@@ -21,9 +21,7 @@ namespace statecheck::cuda {
 namespace {
 
 constexpr int kLanesPerRow = 8;
-constexpr int kRowsPerThread = 4;
-constexpr int kBlockThreads = 256;  // the largest block: d_v = 128
-constexpr int kMaxDv = kBlockThreads / kLanesPerRow * kRowsPerThread;
+constexpr int kMaxDv = 128;  // rows of a head: 4 per thread in 256 threads, or 2 in 512
 
 enum class Store { bf16, int8, fp8 };
 

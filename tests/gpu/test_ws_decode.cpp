@@ -245,6 +245,30 @@ TEST_P(WsDecode, MatchesReferenceBitForBitAndLeavesOtherSlots) {
   }
 }
 
+// The 512-thread layout (2 rows per thread, d_k = 128) gives the reference's bits too: the rows a
+// thread holds enter no rounding.
+TEST_P(WsDecode, TwoRowsPerThreadGiveTheSameBits) {
+  const Case& c = GetParam();
+  if (c.dk != 128) GTEST_SKIP() << "the 2-rows-per-thread layout exists at d_k = 128 only";
+  HostWsBatch b = make_batch(c, 43);
+  const int T = b.cu_seqlens.back();
+  const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
+  DeviceBatch d(b, o0);
+  WsDecodeArgs a = d.args(b);
+  a.rows_per_thread = 2;
+  ws_decode(a);
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> o_ref = o0;
+  ASSERT_TRUE(ws_decode_reference(b, o_ref).empty());
+  EXPECT_EQ(d.error_info.download(), std::vector<int32_t>(4, 0));
+  EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << "codes";
+  if (!b.scales.empty()) {
+    EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << "scales";
+  }
+  EXPECT_EQ(first_difference(d.o.download(), o_ref), -1) << "outputs";
+  EXPECT_TRUE(d.guards_intact());
+}
+
 TEST_P(WsDecode, RepeatsItselfAndTwoLaunchesEqualTheReferenceTwice) {
   // Two consecutive launches (decode after decode, positions advanced) against the reference run
   // twice: the stored state the second launch reads is the first one's output, bit for bit.
@@ -510,6 +534,11 @@ TEST(WsDecodeArguments, RejectsBadArguments) {
   EXPECT_THROW(ws_decode(a), Error);  // null pointers
   a.format.kind = WorkingStateKind::int8_ef;
   EXPECT_THROW(ws_decode(a), Error);  // no kernel for error feedback
+  a.format.kind = WorkingStateKind::int8;
+  a.rows_per_thread = 3;
+  EXPECT_THROW(ws_decode(a), Error);  // no such layout
+  a.rows_per_thread = 2, a.dk = 64;
+  EXPECT_THROW(ws_decode(a), Error);  // 2 rows per thread at d_k = 128 only
 }
 
 // ---- the reference alone (no GPU) --------------------------------------------------------------
