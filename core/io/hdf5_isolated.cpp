@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -169,13 +170,20 @@ std::string serve(int fd, uint8_t op, const std::string& path, const std::string
 }
 
 // A fault the tests of the isolation ask for (STATECHECK_HDF5_READER_TEST_FAULT), standing in
-// for a libhdf5 that crashes, loops or allocates without bound: "segv", "hang" or "grow".
+// for a libhdf5 that crashes, loops or allocates without bound: "segv", "hang" or "grow"; and
+// "fds", an error listing the descriptors the reader holds.
 void test_fault() {
   const char* fault = std::getenv(kFaultVar);
   if (!fault) return;
   if (std::strcmp(fault, "segv") == 0) raise(SIGSEGV);
   if (std::strcmp(fault, "hang") == 0)
     for (;;) pause();
+  if (std::strcmp(fault, "fds") == 0) {  // the descriptors the reader holds, as its error
+    std::string open = "descriptors";
+    for (int fd = 0; fd < 1024; ++fd)
+      if (fcntl(fd, F_GETFD) >= 0) open += " " + std::to_string(fd);
+    throw Error(open);
+  }
   if (std::strcmp(fault, "grow") == 0) {
     std::vector<std::unique_ptr<std::vector<char>>> blocks;
     for (int i = 0; i < 65536; ++i)
@@ -225,6 +233,8 @@ void test_fault() {
   } catch (const std::exception& e) {
     message = fmt::format("{}: reading the HDF5 file failed ({})", path, e.what());
   }
+  // An error line longer than the caller takes (a list of thousands of dataset names) is cut.
+  if (message.size() > 60000) message = message.substr(0, 60000) + " ...";
   const std::string& body = kind == kResult ? payload : message;
   const uint64_t size = body.size();
   const bool ok = write_all(fd, &kind, 1) && write_all(fd, &size, sizeof size) &&
@@ -232,17 +242,28 @@ void test_fault() {
   _exit(ok ? 0 : 3);
 }
 
-// Runs before main in every program that links this file: in a reader process it serves the
-// request and ends, so nothing of the program itself (main, its files) runs there.
-__attribute__((constructor)) void reader_entry() {
+// Runs before main in every program that links this file, at the earliest priority a program
+// may use (after the sanitizers' own start-up), so at the same place in every binary: in a reader
+// process it serves the request and ends, so neither main nor any later initialiser runs there.
+// The reader's path may therefore use no namespace-scope object that needs a constructor
+// (function-local statics are fine).
+__attribute__((constructor(101))) void reader_entry() {
   const char* v = std::getenv(kReaderVar);
   if (!v) return;
+  // The value is the parent's process id. The reader dies with the thread that started it (an
+  // orphan would hold the file open until its alarm), and ends at once if that has happened
+  // already.
+  char* end = nullptr;
+  const long parent = std::strtol(v, &end, 10);
   struct stat st;
-  if (std::strcmp(v, "1") != 0 || fstat(kReaderFd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+  if (end == v || *end != '\0' || parent <= 1 || fstat(kReaderFd, &st) != 0 ||
+      !S_ISSOCK(st.st_mode)) {
     std::fprintf(stderr, "statecheck: %s is set but this is not an HDF5 reader process; unset it\n",
                  kReaderVar);
     _exit(2);
   }
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != static_cast<pid_t>(parent)) _exit(5);
   reader_process(kReaderFd);
 }
 
@@ -257,44 +278,93 @@ int reap(pid_t pid, bool kill_it) {
   return wstatus;
 }
 
-// Starts the reader process with its end of the socket at kReaderFd; returns its pid.
+// Starts the reader process with its end of the socket at kReaderFd and no other descriptor of
+// this process; returns its pid.
 pid_t spawn_reader(const std::string& path, int child_end) {
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attr);
-  // dup2 onto another number clears close-on-exec, so only this descriptor reaches the reader.
-  posix_spawn_file_actions_adddup2(&actions, child_end, kReaderFd);
-  // A default signal disposition and an empty mask: the forking thread may block SIGALRM.
+  if (posix_spawn_file_actions_init(&actions) != 0)
+    fail("{}: cannot start the HDF5 reader process (out of memory)", path);
+  if (posix_spawnattr_init(&attr) != 0) {
+    posix_spawn_file_actions_destroy(&actions);
+    fail("{}: cannot start the HDF5 reader process (out of memory)", path);
+  }
+  // dup2 onto another number clears close-on-exec; every descriptor above it is closed, so the
+  // reader holds none of this process's files (an orphaned reader would keep result files and
+  // the caller's pipes open).
   sigset_t none, defaults;
   sigemptyset(&none);
   sigemptyset(&defaults);
+  // A default disposition and an empty mask: the spawning thread may block SIGALRM.
   for (int sig : {SIGALRM, SIGPIPE, SIGINT, SIGTERM, SIGHUP}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<std::string> env_strings;
-  const std::string prefix = std::string(kReaderVar) + "=";
-  for (char** e = environ; e && *e; ++e)
-    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) env_strings.emplace_back(*e);
-  env_strings.push_back(prefix + "1");
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  char arg0[] = "statecheck-hdf5-reader";
-  char* argv[] = {arg0, nullptr};
+  int rc = posix_spawn_file_actions_adddup2(&actions, child_end, kReaderFd);
+  if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&actions, kReaderFd + 1);
+  if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, &none);
+  if (rc == 0) rc = posix_spawnattr_setsigdefault(&attr, &defaults);
+  if (rc == 0) rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv, envp.data());
+  if (rc == 0) {
+    std::vector<std::string> env_strings;
+    const std::string prefix = std::string(kReaderVar) + "=";
+    for (char** e = environ; e && *e; ++e)
+      if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) env_strings.emplace_back(*e);
+    // The value is this process's id: the reader ends at once if its parent is another.
+    env_strings.push_back(prefix + std::to_string(getpid()));
+    std::vector<char*> envp;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char arg0[] = "statecheck-hdf5-reader";
+    char* argv[] = {arg0, nullptr};
+    rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv, envp.data());
+  }
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) fail("{}: cannot start the HDF5 reader process ({})", path, std::strerror(rc));
+  if (rc != 0)
+    fail("{}: cannot start the HDF5 reader process from /proc/self/exe ({})", path,
+         std::strerror(rc));
   return pid;
 }
 
+// The most bytes the result of request `op` may take for a file of `file_size` bytes: an array's
+// fp32 values (at most twice the declared bytes, bf16 widened, so 2 x min(kHdf5MaxReadBytes, 1032
+// x file size)) plus its header; names and attributes, which the file stores, 16 x the file size;
+// "has dataset" one byte. Each plus 1 MiB of framing.
+uint64_t result_limit(uint8_t op, uint64_t file_size) {
+  const uint64_t margin = uint64_t{1} << 20;
+  switch (op) {
+    case kReadArray:
+      return std::min(kHdf5MaxReadBytes, 2 * std::min(kHdf5MaxReadBytes, 1032 * file_size)) +
+             margin;
+    case kHasDataset:
+      return 16;
+    default:
+      return std::min(kHdf5MaxReadBytes, 16 * file_size) + margin;
+  }
+}
+
+// A length-prefixed field of at most `limit` bytes, the buffer grown as its bytes arrive, so a
+// length the reader claims but never sends costs at most 1 MiB more than what came.
+bool read_bounded(int fd, std::string& s, uint64_t limit) {
+  uint64_t n = 0;
+  if (!read_all(fd, &n, sizeof n)) return false;
+  if (n > limit) {
+    errno = EBADMSG;  // a damaged frame, not the end of the stream nor a time-out
+    return false;
+  }
+  s.clear();
+  while (s.size() < n) {
+    const size_t at = s.size(), chunk = static_cast<size_t>(std::min<uint64_t>(n - at, 1 << 20));
+    s.resize(at + chunk);
+    if (!read_all(fd, s.data() + at, chunk)) return false;
+  }
+  return true;
+}
+
 // Runs request `op` on `path` (and dataset `name`) in the reader process, whose address space is
-// limited, and returns the bytes it produced. `on_shape` answers the reader's shape frames: true
-// to read the data, false to stop (the result is then empty); what it throws is rethrown after
-// the reader has been ended. The failures of read_hdf5_array_isolated (header) as one line.
+// limited, and returns the bytes it produced. `on_shape` answers the reader's one shape frame of
+// an array read: true to read the data, false to stop (the result is then empty); what it throws
+// is rethrown as it is after the reader has been ended. The failures of read_hdf5_array_isolated
+// (header) as one line.
 std::string run_isolated(
     const std::string& path, uint8_t op, const std::string& name,
     const std::function<bool(const std::string&, const std::vector<size_t>&)>& on_shape) {
@@ -303,19 +373,32 @@ std::string run_isolated(
   if (ec) fail("{}: cannot read the file size ({})", path, ec.message());
   const uint64_t limit = hdf5_child_memory_limit(file_size);
   const uint32_t seconds = hdf5_child_time_limit_s(file_size);
+  std::string request;
+  put(request, op);
+  put_string(request, path);
+  put_string(request, name);
+  put(request, limit);
+  put(request, seconds);
   int fds[2];
   // Close-on-exec: a program another thread starts meanwhile does not inherit either end.
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
     fail("{}: cannot create a socket for the HDF5 reader ({})", path, std::strerror(errno));
   if (fds[1] == kReaderFd) {  // dup2 onto itself would keep close-on-exec set
     const int moved = fcntl(fds[1], F_DUPFD_CLOEXEC, kReaderFd + 1);
+    const int err = errno;
     ::close(fds[1]);
     fds[1] = moved;
     if (moved < 0) {
       ::close(fds[0]);
-      fail("{}: cannot create a socket for the HDF5 reader ({})", path, std::strerror(errno));
+      fail("{}: cannot create a socket for the HDF5 reader ({})", path, std::strerror(err));
     }
   }
+  // A reader stuck before its own alarm is armed still ends: the parent stops waiting a minute
+  // after the reader's limit.
+  struct timeval tv;
+  tv.tv_sec = static_cast<time_t>(seconds) + 60;
+  tv.tv_usec = 0;
+  setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   pid_t pid = -1;
   try {
     pid = spawn_reader(path, fds[1]);
@@ -326,25 +409,18 @@ std::string run_isolated(
   }
   ::close(fds[1]);
   const int fd = fds[0];
-  // A reader stuck before its own alarm is armed still ends: the parent stops waiting a minute
-  // after the reader's limit.
-  struct timeval tv;
-  tv.tv_sec = static_cast<time_t>(seconds) + 60;
-  tv.tv_usec = 0;
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 
-  std::string request;
-  put(request, op);
-  put_string(request, path);
-  put_string(request, name);
-  put(request, limit);
-  put(request, seconds);
   uint8_t kind = 255;
   std::string text;
-  bool complete = false, stopped = false, timed_out = false;
-  // A failed read of the reader's frames: EOF (the reader ended) or the receive timeout.
+  bool complete = false, stopped = false, timed_out = false, ended = false, shape_seen = false;
+  std::exception_ptr refused;  // what on_shape threw
+  // A failed read of the reader's frames: the end of the stream (the reader ended: `ended`), the
+  // receive time-out (`timed_out`), or a damaged frame (neither).
   const auto got = [&](bool ok) {
-    if (!ok) timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+    if (!ok) {
+      timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+      ended = errno == 0;
+    }
     return ok;
   };
   try {
@@ -352,9 +428,12 @@ std::string run_isolated(
       for (;;) {
         if (!got(read_all(fd, &kind, 1))) break;
         if (kind == kShape) {
+          // One shape frame, of an array read only; another is a damaged reader.
+          if (op != kReadArray || shape_seen) break;
+          shape_seen = true;
           std::string dataset;
           uint64_t rank = 0;
-          if (!got(read_string(fd, dataset, 1 << 16)) || !got(read_all(fd, &rank, sizeof rank)) ||
+          if (!got(read_bounded(fd, dataset, 1 << 16)) || !got(read_all(fd, &rank, sizeof rank)) ||
               rank > 32)
             break;
           std::vector<size_t> dims(rank);
@@ -365,14 +444,21 @@ std::string run_isolated(
             dims[d] = static_cast<size_t>(v);
           }
           if (!ok) break;
-          const uint8_t go = on_shape && !on_shape(dataset, dims) ? 0 : 1;
-          stopped = go == 0;
-          if (!write_all(fd, &go, 1) || stopped) break;
+          bool go = true;
+          try {
+            go = !on_shape || on_shape(dataset, dims);
+          } catch (...) {
+            refused = std::current_exception();
+            go = false;
+          }
+          stopped = !go;
+          const uint8_t answer = go ? 1 : 0;
+          if (!write_all(fd, &answer, 1) || stopped) break;
           continue;
         }
         complete =
             kind <= kError &&
-            got(read_string(fd, text, kind == kError ? (1 << 16) : kHdf5MaxReadBytes + (1 << 20)));
+            got(read_bounded(fd, text, kind == kError ? (1 << 16) : result_limit(op, file_size)));
         break;
       }
     }
@@ -380,13 +466,12 @@ std::string run_isolated(
     ::close(fd);
     reap(pid, true);
     fail("{}: the HDF5 reader's result does not fit in this process's memory", path);
-  } catch (...) {  // on_shape refused the shape
-    ::close(fd);
-    reap(pid, true);
-    throw;
   }
   ::close(fd);
-  const int wstatus = reap(pid, timed_out || stopped);
+  // A reader that closed its end has ended or is ending: its own status tells how. One that
+  // answered a stop, timed out or sent a damaged frame is ended here.
+  const int wstatus = reap(pid, !complete && !ended);
+  if (refused) std::rethrow_exception(refused);
   if (stopped) return std::string();
   if (timed_out)
     fail("{}: the HDF5 reader did not finish within {} s reading this file: damaged or crafted",
@@ -396,13 +481,14 @@ std::string run_isolated(
     if (sig == SIGALRM)
       fail("{}: the HDF5 reader did not finish within {} s reading this file: damaged or crafted",
            path, seconds);
-    if (sig == SIGKILL)
+    if (sig == SIGKILL && ended)
       fail(
           "{}: the HDF5 reader was killed (SIGKILL; out of memory?) reading this file: damaged "
           "or crafted",
           path);
-    fail("{}: the HDF5 library crashed on this file (signal {}, {}): damaged or crafted", path, sig,
-         strsignal(sig));
+    if (sig != SIGKILL)
+      fail("{}: the HDF5 library crashed on this file (signal {}, {}): damaged or crafted", path,
+           sig, strsignal(sig));
   }
   if (complete && kind == kError) throw Error(text);
   if (!complete || kind != kResult || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)

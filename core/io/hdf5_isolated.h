@@ -4,12 +4,16 @@
 // on any other (core/io/interrupt_cleanup.h).
 //
 // The reader is this same executable (/proc/self/exe) started with posix_spawn and an internal
-// environment variable; its start-up serves one request on a socket and ends with _exit, so none
-// of the program's own code (main, its files) runs there. A spawn rather than a fork: any thread
+// environment variable; its start-up (a constructor of priority 101, before the program's other
+// initialisers) serves one request on a socket and ends with _exit, so main never runs there. A spawn rather than a fork: any thread
 // may call these functions while others run, and a forked copy of a multi-threaded process can
 // deadlock on locks the other threads held (AddressSanitizer's allocator has no fork handlers).
-// The tests of the isolation stand in a faulty libhdf5 through STATECHECK_HDF5_READER_TEST_FAULT
-// ("segv", "hang" or "grow": the reader crashes, loops or allocates without bound before reading).
+// The reader holds only its standard streams and the socket (every other descriptor is closed at
+// the spawn), dies with the thread that started it (PR_SET_PDEATHSIG), and needs /proc/self/exe
+// (a program started through ld.so or an emulator cannot read HDF5 files this way). The tests of
+// the isolation stand in a faulty libhdf5 through STATECHECK_HDF5_READER_TEST_FAULT ("segv",
+// "hang" or "grow": the reader crashes, loops or allocates without bound before reading; "fds":
+// it reports its descriptors).
 #pragma once
 
 #include <cstdint>
