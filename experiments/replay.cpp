@@ -333,12 +333,11 @@ std::vector<std::pair<std::string, EngineConfig>> replay_modes(
                                                                      modes[5]};
   for (PolicyKind pk : o.policies) {
     if (pk == PolicyKind::lru) continue;
-    if (pk == PolicyKind::belady && !index)
-      index = replay_next_use_index(reqs, o.chunk_granularity);
+    if (policy_is_offline(pk) && !index) index = replay_next_use_index(reqs, o.chunk_granularity);
     for (const auto& [name, c] : bounded) {
       EngineConfig pc = c;
       pc.cache.policy = pk;
-      if (pk == PolicyKind::belady) pc.cache.next_use = index;
+      if (policy_is_offline(pk)) pc.cache.next_use = index;
       modes.emplace_back(fmt::format("{}.{}", policy_name(pk), name), pc);
     }
   }
@@ -546,8 +545,8 @@ void record_gaps(const ReplayResult& r, Summary& summary) {
 // replay.sweep.f<f>.<policy>.<mode>.token_hit_rate.
 void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   const double kSweep[] = {1.0 / 64, 1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1.0};
-  const ReplayTrace trace = load_replay_trace(trace_path(o), o.trace_bad_lines, o.quick,
-                                                o.trace_max_tokens);
+  const ReplayTrace trace =
+      load_replay_trace(trace_path(o), o.trace_bad_lines, o.quick, o.trace_max_tokens);
   const std::vector<TraceRequest>& reqs = trace.requests;
   const StateDtypes dt = options_dtypes(o);
   const ReplayPools full = replay_pools(o, m);
@@ -556,7 +555,7 @@ void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summar
     largest = std::max<int64_t>(largest, r.input_length + std::max(1, r.output_length));
   std::shared_ptr<const NextUseIndex> index;
   for (PolicyKind pk : o.policies)
-    if (pk == PolicyKind::belady) index = replay_next_use_index(reqs, o.chunk_granularity);
+    if (policy_is_offline(pk) && !index) index = replay_next_use_index(reqs, o.chunk_granularity);
   const std::string g = "replay/budget_sweep";
   file.group(g);
   std::vector<double> fr(std::begin(kSweep), std::end(kSweep));
@@ -588,7 +587,7 @@ void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summar
                                        int8 ? split.active : A, int8 ? split.ckpt : 0, kv);
         c.cache.payload = false;
         c.cache.policy = o.policies[pi];
-        if (o.policies[pi] == PolicyKind::belady) c.cache.next_use = index;
+        if (policy_is_offline(o.policies[pi])) c.cache.next_use = index;
         const std::string name = fmt::format("sweep {} f={:.4f} {}", mode, f, pnames[pi]);
         const ModeReplay mr = summarize_run(
             replay_once(name, c, reqs, trace_path(o)), reqs,
@@ -614,7 +613,7 @@ void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summar
         double best = 0.0;
         std::string who;
         for (size_t pi = 0; pi < o.policies.size(); ++pi)
-          if (o.policies[pi] != PolicyKind::belady && rates[pi] > best) {
+          if (!policy_is_offline(o.policies[pi]) && rates[pi] > best) {
             best = rates[pi];
             who = pnames[pi];
           }
@@ -623,6 +622,15 @@ void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summar
         fmt::print(
             "replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} best online {} at {:.1f}% below belady\n", f,
             "", "", "", mode, who, 100.0 * gap);
+        for (size_t pi = 0; pi < o.policies.size(); ++pi)
+          if (o.policies[pi] == PolicyKind::future_count) {
+            // What knowing how often, but not when, each prefix is used again reaches.
+            const double fc = (belady_rate - rates[pi]) / belady_rate;
+            summary.set(fmt::format("replay.sweep.f{:.4f}.{}.future_count_gap", f, mode), fc);
+            fmt::print(
+                "replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} future-count at {:.1f}% below belady\n",
+                f, "", "", "", mode, 100.0 * fc);
+          }
       }
     }
     file.write(g + "/" + mode + "_token_hit_rate", hit, {o.policies.size(), fr.size()}, "1",

@@ -31,6 +31,11 @@ except ImportError as e:  # a clear message instead of a traceback
     sys.exit(f"plot.py: {e}; install python3-matplotlib python3-h5py (scripts/setup.sh)")
 
 
+
+# Policies that read the future (core/cache/eviction_policy.h policy_is_offline): bounds, drawn
+# dashed, never the best online policy.
+OFFLINE = ("belady", "future-count")
+
 def _strings(ds):
     return [s.decode() if isinstance(s, bytes) else str(s) for s in ds[()]]
 
@@ -461,8 +466,8 @@ def plot_budget_sweep(f, s, out):
     for ax, mode in zip(axes, ("bf16", "int8")):
         hit = s[f"{mode}_token_hit_rate"][()]
         for i, p in enumerate(pols):
-            ax.plot(fr, hit[i], marker="o", ms=4, ls="--" if p == "belady" else "-",
-                    label=p + (" (offline bound)" if p == "belady" else ""))
+            ax.plot(fr, hit[i], marker="o", ms=4, ls="--" if p in OFFLINE else "-",
+                    label=p + (" (offline bound)" if p in OFFLINE else ""))
         kv, st = s[f"{mode}_kv_binds"][()], s[f"{mode}_state_binds"][()]
         for x, k, t in zip(fr, kv, st):
             if k:
@@ -478,7 +483,7 @@ def plot_budget_sweep(f, s, out):
     fig.suptitle(_title(f, "hit rate against the memory budget"), fontsize=9)
     drawn = [_save(fig, out, "replay_budget_sweep.png")]
     # The map: per budget, the best online (format, policy) and its hit rate.
-    online = [i for i, p in enumerate(pols) if p != "belady"]
+    online = [i for i, p in enumerate(pols) if p not in OFFLINE]
     if online:
         fig, ax = plt.subplots(figsize=(9, 2.6))
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

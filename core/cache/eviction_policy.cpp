@@ -20,21 +20,27 @@ const char* policy_name(PolicyKind p) {
       return "belady";
     case PolicyKind::bip:
       return "bip";
+    case PolicyKind::future_count:
+      return "future-count";
   }
   return "?";
 }
 
+bool policy_is_offline(PolicyKind p) {
+  return p == PolicyKind::belady || p == PolicyKind::future_count;
+}
+
 std::vector<PolicyKind> all_policies() {
-  return {PolicyKind::lru,    PolicyKind::lru_used, PolicyKind::marconi,
-          PolicyKind::s3fifo, PolicyKind::belady,   PolicyKind::bip};
+  return {PolicyKind::lru,    PolicyKind::lru_used, PolicyKind::marconi,     PolicyKind::s3fifo,
+          PolicyKind::belady, PolicyKind::bip,      PolicyKind::future_count};
 }
 
 PolicyKind parse_policy(const std::string& s) {
   for (PolicyKind p : all_policies())
     if (s == policy_name(p)) return p;
   fail(
-      "--policy: unknown eviction policy '{}' (expected lru, lru-used, marconi, s3fifo, belady or "
-      "bip)",
+      "--policy: unknown eviction policy '{}' (expected lru, lru-used, marconi, s3fifo, bip, "
+      "belady or future-count)",
       s);
 }
 
@@ -87,6 +93,8 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(PolicyKind kind, const Poli
       return make_belady_policy(ctx);
     case PolicyKind::bip:
       return make_bip_policy();
+    case PolicyKind::future_count:
+      return make_future_count_policy(ctx);
   }
   return nullptr;
 }

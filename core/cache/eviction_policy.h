@@ -23,10 +23,13 @@ namespace statecheck {
 class RadixTree;
 class NextUseIndex;
 
-enum class PolicyKind { lru, lru_used, marconi, s3fifo, belady, bip };
+enum class PolicyKind { lru, lru_used, marconi, s3fifo, belady, bip, future_count };
 
-// "lru" | "lru-used" | "marconi" | "s3fifo" | "belady" | "bip".
+// "lru" | "lru-used" | "marconi" | "s3fifo" | "belady" | "bip" | "future-count".
 const char* policy_name(PolicyKind p);
+// Whether the policy reads the future (belady, future-count): it needs the workload's next-use
+// index, is a bound rather than a deployable policy, and is never the "best online" policy.
+bool policy_is_offline(PolicyKind p);
 // Parses one name; statecheck::Error listing the valid names otherwise.
 PolicyKind parse_policy(const std::string& s);
 // Parses a comma list ("lru,s3fifo"): one or more names, no repeats; statecheck::Error naming the
@@ -58,7 +61,7 @@ struct PolicyContext {
   int64_t kv_capacity = 0;     // KV pool tokens
   int32_t state_capacity = 0;  // slots cached states come from (bf16: A, int8: C)
   int chunk_granularity = 64;  // Cg
-  // belady: the next-use index of the workload (required); others ignore it.
+  // belady, future-count: the next-use index of the workload (required); others ignore it.
   std::shared_ptr<const NextUseIndex> next_use;
 };
 
@@ -91,7 +94,7 @@ class EvictionPolicy {
 };
 
 // The policy `kind` for a cache described by `ctx`. lru returns nullptr (the tree's own LRU code
-// path). Throws statecheck::Error for belady without a next-use index.
+// path). Throws statecheck::Error for an offline policy without a next-use index.
 std::unique_ptr<EvictionPolicy> make_eviction_policy(PolicyKind kind, const PolicyContext& ctx);
 
 // Factories of the individual policies (one file each).
@@ -101,6 +104,7 @@ std::unique_ptr<EvictionPolicy> make_marconi_policy(const PolicyContext& ctx, do
 std::unique_ptr<EvictionPolicy> make_s3fifo_policy(const PolicyContext& ctx);
 std::unique_ptr<EvictionPolicy> make_belady_policy(const PolicyContext& ctx);
 std::unique_ptr<EvictionPolicy> make_bip_policy();
+std::unique_ptr<EvictionPolicy> make_future_count_policy(const PolicyContext& ctx);
 
 // 64-bit FNV-1a hash of tokens[0, n) (the prefix key of s3fifo's ghost queue and the next-use
 // index).

@@ -62,4 +62,11 @@ int64_t NextUseIndex::next_use(uint64_t key, int64_t now) const {
   return it->second;
 }
 
+int64_t NextUseIndex::uses_after(uint64_t key, int64_t now) const {
+  if (key == 0) return std::max<int64_t>(0, static_cast<int64_t>(requests_) - (now + 1));
+  const auto first = std::upper_bound(entries_.begin(), entries_.end(), std::make_pair(key, now));
+  const auto last = std::upper_bound(first, entries_.end(), std::make_pair(key, kNever));
+  return static_cast<int64_t>(last - first);
+}
+
 }  // namespace statecheck

@@ -35,6 +35,9 @@ class NextUseIndex {
   // The first request id > now that uses the prefix of `key`; kNever when none does. Key 0 (the
   // empty prefix): now + 1 while requests remain.
   int64_t next_use(uint64_t key, int64_t now) const;
+  // How many requests with id > now use the prefix of `key` (future-count's score); key 0: every
+  // request after now. O(log N).
+  int64_t uses_after(uint64_t key, int64_t now) const;
 
   int granularity() const { return g_; }
   size_t requests() const { return requests_; }

@@ -64,8 +64,8 @@ struct CacheConfig {
   // of the engine model. Its pools must never need an eviction (statecheck::Error if they do).
   bool kv_only_match = false;
   // Eviction policy (docs/cache_policies.md): lru is the engine's own order. marconi reads
-  // `flops`; belady needs `next_use`, the next-use index of the workload in submission order
-  // (engine request ids), and is refused without it.
+  // `flops`; belady and future-count need `next_use`, the next-use index of the workload in
+  // submission order (engine request ids), and is refused without it.
   PolicyKind policy = PolicyKind::lru;
   double marconi_alpha = -1.0;  // marconi: < 0 bootstraps alpha (the default), else fixed
   FlopCosts flops;

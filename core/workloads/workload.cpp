@@ -66,9 +66,10 @@ KSweepResult run_ksweep(const EngineConfig& config, const KSweepParams& p) {
       s.tag = phase;
     }
   }
-  // belady: the next-use index of this workload, in submission order (WARM, then PROBE).
+  // belady, future-count: the next-use index of this workload, in submission order (WARM, then
+  // PROBE).
   EngineConfig cfg = config;
-  if (cfg.cache.policy == PolicyKind::belady && !cfg.cache.next_use)
+  if (policy_is_offline(cfg.cache.policy) && !cfg.cache.next_use)
     cfg.cache.next_use = std::make_shared<NextUseIndex>(
         2 * static_cast<size_t>(p.K),
         [&](size_t i) {
