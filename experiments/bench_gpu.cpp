@@ -23,6 +23,7 @@
 #include "core/dtype/fp8_e4m3.h"
 #include "core/util/error.h"
 #include "core/util/rng.h"
+#include "experiments/bench_gpu_rows.h"
 #include "experiments/experiment.h"
 #include "kernels/codec/checkpoint_codec.h"
 #include "kernels/common/bandwidth.h"
@@ -37,33 +38,9 @@
 namespace statecheck {
 
 using namespace statecheck::cuda;
+using namespace statecheck::bench_rows;
 
 namespace {
-
-struct Row {
-  std::string name;
-  double ms = 0, bytes = 0, flops = 0, tokens = 0;
-  double ms_memset_flush = 0;    // the same launch timed after a memset flush (timing.h)
-  double ms_same_size_copy = 0;  // a cudaMemcpy moving the same bytes (read + write), same timer
-  // The kernel's bytes split into read and written (0: not split), and the mixed stream of the
-  // same split and size (kernels/common/bandwidth.h): its bytes and median time, same timer.
-  double read_bytes = 0, write_bytes = 0;
-  double mix_bytes = 0, ms_mix = 0, ms_mix_memset_flush = 0;
-  std::string kernel = {};  // the kernel variant that ran, where a launch chooses among several
-  void set_times(const TimingStats& t) {
-    ms = t.median_ms;
-    ms_memset_flush = t.memset_flush_median_ms;
-  }
-};
-
-std::vector<int32_t> distinct_slots(int n, int64_t pool_slots, uint64_t seed) {
-  std::vector<int32_t> all(pool_slots - 1);
-  std::iota(all.begin(), all.end(), 1);  // slot 0 reserved
-  Rng rng(seed);
-  for (size_t i = all.size() - 1; i > 0; --i) std::swap(all[i], all[rng.below(i + 1)]);
-  all.resize(n);
-  return all;
-}
 
 // Fills a device pool of `slots` slots with N(0, 0.06^2)-like values (one random slot pattern,
 // rescaled per slot), in the pool dtype.
@@ -213,12 +190,6 @@ void bench_codecs(const ModelConfig& m, const Options& o, GpuTimer& timer, std::
   }
 }
 
-struct DecodeShape {
-  const char* name;
-  int H, HV;
-  GateKind gate;
-};
-
 // Gated-delta kernel: decode (1 token per sequence) at several batches, and recurrent prefill.
 void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows, int repeats) {
   const int dk = 128, dv = 128;
@@ -308,134 +279,6 @@ void bench_recurrence(const Options& o, GpuTimer& timer, std::vector<Row>& rows,
           r.bytes = gated_delta_pool_bytes(a, static_cast<int64_t>(B) * T);
           r.flops = gated_delta_pool_flops(a, static_cast<int64_t>(B) * T);
           r.tokens = static_cast<double>(B) * T;
-          rows.push_back(r);
-        }
-      }
-    }
-  }
-}
-
-// Working-state decode (kernels/working_state/ws_decode.h): one token per sequence at several
-// batches, on the GDN and KDA shapes, for every format with a kernel (fp32 scales), next to the
-// fp32- and bf16-state rows of bench_recurrence. Validated before timing: the first 8 sequences
-// (all at smaller batches) against the CPU reference bit for bit (codes, scales, outputs). Byte
-// model: ws_decode_bytes (codes and scales read and written once, token inputs and outputs).
-void bench_working_state(const Options& o, GpuTimer& timer, std::vector<Row>& rows, int repeats) {
-  const int dk = 128, dv = 128;
-  const std::vector<int> batches = o.quick ? std::vector<int>{1, 32} : std::vector<int>{1, 32, 256};
-  const WorkingStateKind kinds[] = {WorkingStateKind::int8, WorkingStateKind::int8_sr,
-                                    WorkingStateKind::fp8_e4m3, WorkingStateKind::fp8_e4m3_sr,
-                                    WorkingStateKind::bf16_sr};
-  for (const DecodeShape& sh : {DecodeShape{"gdn_H16_HV32", 16, 32, GateKind::gdn},
-                                DecodeShape{"kda_H32_HV32", 32, 32, GateKind::kda}}) {
-    for (WorkingStateKind kind : kinds) {
-      for (const int B : batches) {
-        HostWsBatch hb;
-        hb.H = sh.H, hb.HV = sh.HV, hb.dk = dk, hb.dv = dv, hb.gate = sh.gate;
-        hb.format.kind = kind;
-        hb.seed = o.seed;
-        const int64_t slots = B + 1;
-        const size_t slot_elems = static_cast<size_t>(sh.HV) * dv * dk;
-        // The stored states: states of 0.06 rms stored in the format by the reference encode
-        // (a zero-token run would leave them; one token from a zero state gives real codes).
-        Rng rng(mix_seed(o.seed, 11));
-        const int cb = ws_code_bytes(hb.format), sb = ws_scale_bytes(hb.format);
-        hb.codes.resize(slots * slot_elems * cb);
-        hb.scales.resize(static_cast<size_t>(slots) * sh.HV * dk * sb);
-        for (size_t e = 0; e < slots * slot_elems; ++e) {
-          const float x = static_cast<float>(0.06 * rng.normal());
-          if (cb == 2) {
-            const uint16_t bits = bf16_bits_from_float(x);
-            std::memcpy(hb.codes.data() + 2 * e, &bits, 2);
-          } else if (kind == WorkingStateKind::int8 || kind == WorkingStateKind::int8_sr) {
-            hb.codes[e] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(
-                std::max(-127.0, std::min(127.0, static_cast<double>(x) / 0.3 * 127.0)))));
-          } else {
-            hb.codes[e] = fp8_e4m3_from_float(x / 0.3f * 448.0f);
-          }
-        }
-        for (size_t j = 0; j < hb.scales.size() / 4; ++j) {
-          const float s = 0.3f / (cb == 1 && (kind == WorkingStateKind::int8 ||
-                                              kind == WorkingStateKind::int8_sr)
-                                      ? 127.0f
-                                      : 448.0f);
-          std::memcpy(hb.scales.data() + 4 * j, &s, 4);
-        }
-        hb.slot_ids = distinct_slots(B, slots, mix_seed(o.seed, 5));
-        hb.cu_seqlens.resize(B + 1);
-        for (int b = 0; b <= B; ++b) hb.cu_seqlens[b] = b;
-        RecurrenceShape rs;
-        rs.H = sh.H, rs.HV = sh.HV, rs.dk = dk, rs.dv = dv, rs.gate = sh.gate;
-        const LayerInputs in =
-            synthetic_inputs(sh.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda,
-                             rs, mix_seed(o.seed, 3), 0, B);
-        hb.q = bf16_bits(in.q), hb.k = bf16_bits(in.k), hb.v = bf16_bits(in.v), hb.g = in.g,
-        hb.beta = in.beta;
-        DeviceBuffer<uint8_t> d_codes = to_device(hb.codes), d_scales = to_device(hb.scales);
-        DeviceBuffer<int32_t> d_ids = to_device(hb.slot_ids), d_cu = to_device(hb.cu_seqlens);
-        DeviceBuffer<uint16_t> d_q = to_device(hb.q), d_k = to_device(hb.k), d_v = to_device(hb.v);
-        DeviceBuffer<float> d_g = to_device(hb.g), d_beta = to_device(hb.beta);
-        DeviceBuffer<uint16_t> d_o(static_cast<size_t>(B) * sh.HV * dv);
-        d_o.fill_bytes(0xFF);
-        DeviceBuffer<int32_t> d_err = to_device(std::vector<int32_t>(4, 0));
-        WsDecodeArgs a;
-        a.num_seqs = B, a.H = sh.H, a.HV = sh.HV, a.dk = dk, a.dv = dv, a.gate = sh.gate;
-        a.format = hb.format;
-        a.codes = d_codes.data(), a.scales = d_scales.data(), a.pool_slots = slots;
-        a.slot_ids = d_ids.data(), a.cu_seqlens = d_cu.data(), a.seed = hb.seed;
-        a.q = d_q.data(), a.k = d_k.data(), a.v = d_v.data(), a.g = d_g.data(),
-        a.beta = d_beta.data(), a.o = d_o.data(), a.error_info = d_err.data();
-        // Both layouts of the kernel at d_k = 128 (rows_per_thread 4 and 2) at the largest batch,
-        // each checked bit for bit against the CPU reference from the same stored states first.
-        const std::vector<int> layouts =
-            B == batches.back() && dk == 128 ? std::vector<int>{4, 2} : std::vector<int>{4};
-        for (const int rpt : layouts) {
-          d_codes.upload(hb.codes);
-          d_scales.upload(hb.scales);
-          d_o.fill_bytes(0xFF);
-          a.rows_per_thread = rpt;
-          ws_decode(a);
-          check_ws_decode_error(d_err.data());
-          {
-            const int nv = std::min(B, 8);
-            HostWsBatch check = hb;
-            check.slot_ids.resize(nv);
-            check.cu_seqlens.resize(nv + 1);
-            // The first nv sequences hold the first nv tokens (one token each).
-            check.q.resize(static_cast<size_t>(nv) * sh.H * dk);
-            check.k.resize(check.q.size());
-            check.v.resize(static_cast<size_t>(nv) * sh.HV * dv);
-            check.g.resize(static_cast<size_t>(nv) * sh.HV * (sh.gate == GateKind::kda ? dk : 1));
-            check.beta.resize(static_cast<size_t>(nv) * sh.HV);
-            std::vector<uint16_t> o_ref(static_cast<size_t>(nv) * sh.HV * dv, 0xFFFF);
-            if (!ws_decode_reference(check, o_ref).empty())
-              fail("bench: the working-state reference refused a head: no speed reported");
-            const std::vector<uint16_t> o_gpu = d_o.download();
-            const std::vector<uint8_t> codes = d_codes.download(), scales = d_scales.download();
-            bool same = std::equal(o_ref.begin(), o_ref.end(), o_gpu.begin());
-            for (int n = 0; n < nv; ++n) {
-              const size_t cs = slot_elems * cb, ss = static_cast<size_t>(sh.HV) * dk * sb;
-              const size_t s = check.slot_ids[n];
-              same = same &&
-                     std::memcmp(codes.data() + s * cs, check.codes.data() + s * cs, cs) == 0 &&
-                     (ss == 0 ||
-                      std::memcmp(scales.data() + s * ss, check.scales.data() + s * ss, ss) == 0);
-            }
-            if (!same)
-              fail(
-                  "bench: ws_decode {} {} B {} differs from the CPU reference bit for bit: no "
-                  "speed "
-                  "reported",
-                  sh.name, hb.format.name(), B);
-          }
-          std::string fname = hb.format.name();
-          std::replace(fname.begin(), fname.end(), '-', '_');
-          Row r{fmt::format("decode_{}_ws_{}_B{}{}", sh.name, fname, B, rpt == 4 ? "" : "_rows2")};
-          r.set_times(timer.time([&](cudaStream_t s) { ws_decode(a, s); }, repeats));
-          r.kernel = "ws_decode";
-          r.bytes = ws_decode_bytes(a, B);
-          r.flops = ws_decode_flops(a, B);
-          r.tokens = B;
           rows.push_back(r);
         }
       }

@@ -37,7 +37,7 @@
 //
 // --policy: every policy other than lru replays the four bounded modes again ("<policy>.<mode>");
 // with belady each policy's gap to it is reported. --budget-sweep: the trace at a range of cache
-// memories for every policy and both formats (budget_sweep below; docs/cache_policies.md).
+// memories for every policy and both formats (replay_budget_sweep.cpp; docs/cache_policies.md).
 //
 // measure_replay loads the trace, sizes the pools, runs every mode and the benchmark
 // (ReplayResult), printing the trace and the pool sizes as it starts; record_replay writes the
@@ -55,68 +55,11 @@
 #include "core/workloads/mooncake_trace.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"
+#include "experiments/replay_run.h"
 
 namespace statecheck {
 
 namespace {
-
-struct ReplayRun {
-  std::string mode;
-  EngineConfig config;
-  std::vector<RequestRecord> records;  // by trace index
-  CacheCounters counters;
-  RadixCounters tree;
-  double wall_s = 0.0;
-  double sim_s = 0.0;
-  int64_t retractions = 0;
-  int max_running = 0;
-  int peak_running = 0;
-};
-
-ReplayRun replay_once(const std::string& mode, const EngineConfig& cfg,
-                      const std::vector<TraceRequest>& reqs, const std::string& trace_path) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  ReplayRun run;
-  run.mode = mode;
-  run.config = cfg;
-  Engine engine(cfg);
-  run.max_running = engine.max_running();
-  run.records.resize(reqs.size());
-  engine.on_finish = [&](const RequestRecord& r) { run.records[static_cast<size_t>(r.tag)] = r; };
-  engine.describe_request = [&](int64_t tag) {
-    return fmt::format("the request of {} line {} ({} mode)", trace_path,
-                       reqs[static_cast<size_t>(tag)].line, mode);
-  };
-  Progress progress("replay " + mode + " requests", static_cast<long>(reqs.size()));
-  size_t next = 0;
-  const double t_base = reqs.empty() ? 0.0 : reqs.front().timestamp_ms;
-  auto arrival = [&](size_t i) { return (reqs[i].timestamp_ms - t_base) / 1000.0; };
-  for (;;) {
-    // Submit what arrives within the next second of simulated time (prompts are built lazily).
-    while (next < reqs.size() && (arrival(next) <= engine.now() + 1.0 || engine.pending() == 0)) {
-      RequestSpec s;
-      s.prompt = trace_prompt_tokens(reqs[next]);
-      s.output_len = std::max(1, reqs[next].output_length);
-      s.arrival = arrival(next);
-      s.tag = static_cast<int64_t>(next);
-      engine.submit(std::move(s));
-      ++next;
-      if (engine.pending() > 0 && arrival(next - 1) > engine.now() + 1.0) break;
-    }
-    const int64_t done_before = static_cast<int64_t>(engine.records().size());
-    if (!engine.step() && next >= reqs.size()) break;
-    run.peak_running = std::max(run.peak_running, engine.running());
-    const int64_t done = static_cast<int64_t>(engine.records().size()) - done_before;
-    if (done > 0) progress.tick(done);
-  }
-  run.counters = engine.cache().counters();
-  run.tree = engine.cache().tree().counters();
-  run.retractions = engine.retractions();
-  run.sim_s = engine.now();
-  run.wall_s = std::chrono::duration<double>(clock::now() - t0).count();
-  return run;
-}
 
 // match + insert of every prompt through a bare radix tree with unbounded pools (no scheduler):
 // the throughput of the tree itself. Returns tokens / s over prompt tokens.
@@ -142,20 +85,6 @@ double bench_match_insert(const std::vector<TraceRequest>& reqs, double* seconds
   *tokens = total;
   return spent > 0 ? static_cast<double>(total) / spent : 0.0;
 }
-
-// One mode's replay of the trace and what is reported of it.
-struct ModeReplay {
-  ReplayRun run;
-  double token_hit_rate = 0.0;  // sum(cached tokens) / sum(prompt tokens)
-  double ttft_p50_s = 0.0;      // median time to first token (cost model), s
-  // The dequantize fire count (docs/cache_model.md): the copy-on-write loads, int8 dequantizes in
-  // int8 mode and slot copies in bf16 mode.
-  int64_t dequant_loads = 0;
-  int64_t evictions = 0;               // nodes evicted by evict_full + states by evict_state
-  std::vector<int64_t> cached_tokens;  // per trace request
-  // Per minute of trace time: token hit rate of the requests arriving in it (0 without any).
-  std::vector<double> hit_rate_per_minute;
-};
 
 // The match + insert benchmark (bench_match_insert).
 struct MatchInsertBench {
@@ -185,83 +114,6 @@ struct ReplayResult {
     fail("replay: no mode {}", name);
   }
 };
-
-// What is reported of a run: hit rates (overall and per minute of trace time), median TTFT,
-// dequantize loads and evictions.
-ModeReplay summarize_run(ReplayRun run, const std::vector<TraceRequest>& reqs, size_t minutes) {
-  ModeReplay m;
-  const double minute = 60.0;
-  const double t_base = reqs.front().timestamp_ms;
-  std::vector<double> hit(minutes, 0.0), prompt(minutes, 0.0);
-  int64_t cached = 0, pt = 0;
-  std::vector<double> ttft;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    const RequestRecord& r = run.records[i];
-    const size_t b = static_cast<size_t>((reqs[i].timestamp_ms - t_base) / 1000.0 / minute);
-    hit[b] += static_cast<double>(r.cached_tokens);
-    prompt[b] += static_cast<double>(r.prompt_len);
-    cached += r.cached_tokens;
-    pt += r.prompt_len;
-    ttft.push_back(r.first_token - r.arrival);
-  }
-  m.hit_rate_per_minute.resize(minutes);
-  for (size_t b = 0; b < minutes; ++b)
-    m.hit_rate_per_minute[b] = prompt[b] > 0 ? hit[b] / prompt[b] : 0.0;
-  std::sort(ttft.begin(), ttft.end());
-  m.ttft_p50_s = ttft[ttft.size() / 2];
-  m.token_hit_rate = pt > 0 ? static_cast<double>(cached) / static_cast<double>(pt) : 0.0;
-  m.dequant_loads = run.counters.cow_loads;
-  m.evictions = run.tree.full_evicted_nodes + run.tree.state_evictions;
-  m.cached_tokens.resize(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i) m.cached_tokens[i] = run.records[i].cached_tokens;
-  m.run = std::move(run);
-  return m;
-}
-
-// The engine config of the options in `mode` with the pools replay sets itself: `active` slots
-// and `ckpt` checkpoint slots (0: twice the active ones, as --ckpt-slots 0; bf16 mode has no
-// checkpoint pool and ignores them).
-EngineConfig replay_config(const Options& o, const ModelConfig& m, CacheMode mode, int64_t active,
-                           int64_t ckpt, int64_t kv_tokens) {
-  EngineConfig c = options_engine_config(o, m, mode, kv_tokens);
-  c.cache.active_slots = static_cast<int32_t>(active);
-  c.cache.ckpt_slots = static_cast<int32_t>(ckpt > 0 ? ckpt : 2 * active);
-  return c;
-}
-
-// The trace as replayed: its valid requests in arrival order (quick: the first 1,000) and the lines
-// skipped. Prints the skipped lines kept (the first few of each kind), the count of each kind and
-// a reordering. Throws statecheck::Error for a trace that cannot be read, is over
-// --trace-max-tokens or has no valid request.
-struct ReplayTrace {
-  std::vector<TraceRequest> requests;
-  std::vector<TraceIssue> skipped;
-  int64_t skipped_count = 0;
-};
-ReplayTrace load_replay_trace(const std::string& path, BadLines bad_lines, bool quick,
-                              int64_t max_tokens) {
-  Trace trace = load_mooncake_trace(path, bad_lines, max_tokens);
-  for (const TraceIssue& s : trace.skipped)
-    fmt::print("replay: skipped {}:{}: {}\n", path, s.line, printable(s.reason));
-  for (const auto& [kind, k] : trace.skipped_by_kind)
-    if (k.count > static_cast<int64_t>(k.first_lines.size()))
-      fmt::print("replay: ... {} lines skipped for {} in all\n", k.count, kind);
-  if (trace.reordered)
-    fmt::print("replay: timestamps were not in order; requests sorted by timestamp\n");
-  if (trace.requests.empty()) fail("{}: no valid requests", path);
-  ReplayTrace t{std::move(trace.requests), std::move(trace.skipped), trace.skipped_count};
-  const size_t quick_n = 1000;
-  if (quick && t.requests.size() > quick_n) t.requests.resize(quick_n);
-  return t;
-}
-
-// belady's next-use index of the trace: its prompts in submission order (engine ids = trace
-// order, as replay_once submits them).
-std::shared_ptr<const NextUseIndex> replay_next_use_index(const std::vector<TraceRequest>& reqs,
-                                                          int granularity) {
-  return std::make_shared<NextUseIndex>(
-      reqs.size(), [&](size_t i) { return trace_prompt_tokens(reqs[i]); }, granularity);
-}
 
 // The engine configs of the six modes, in the order of ReplayResult::modes (see the file comment),
 // for the trace `reqs` of `tokens` prompt + output tokens. Sets the memory fields of `res` and
@@ -535,120 +387,13 @@ void record_gaps(const ReplayResult& r, Summary& summary) {
   }
 }
 
-// replay --budget-sweep: the trace at cache memory f x the budget's, f in kSweep, for every
-// --policy and both formats. At each f the bf16 single pool gets f x the active slots and f x the
-// KV tokens of the full budget (SGLang's split scales with the memory), the int8 run the same KV
-// and the same state bytes as int8_split_at_equal_memory; bookkeeping only. The KV pool is kept at
-// least twice the largest request (prompt + outputs) so that every request can run; a point where
-// that floor applies is marked. "KV binds" when evict_full freed nodes, "state binds" when
-// evict_state freed states. Written under replay/budget_sweep, summary keys
-// replay.sweep.f<f>.<policy>.<mode>.token_hit_rate.
-void budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  const double kSweep[] = {1.0 / 64, 1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1.0};
-  const ReplayTrace trace =
-      load_replay_trace(trace_path(o), o.trace_bad_lines, o.quick, o.trace_max_tokens);
-  const std::vector<TraceRequest>& reqs = trace.requests;
-  const StateDtypes dt = options_dtypes(o);
-  const ReplayPools full = replay_pools(o, m);
-  int64_t largest = 1;
-  for (const auto& r : reqs)
-    largest = std::max<int64_t>(largest, r.input_length + std::max(1, r.output_length));
-  std::shared_ptr<const NextUseIndex> index;
-  for (PolicyKind pk : o.policies)
-    if (policy_is_offline(pk) && !index) index = replay_next_use_index(reqs, o.chunk_granularity);
-  const std::string g = "replay/budget_sweep";
-  file.group(g);
-  std::vector<double> fr(std::begin(kSweep), std::end(kSweep));
-  file.write(g + "/memory_fraction", fr, {fr.size()}, "1",
-             "cache memory as a fraction of the budget's (state pools and KV scaled together)");
-  std::vector<std::string> pnames;
-  for (PolicyKind pk : o.policies) pnames.push_back(policy_name(pk));
-  file.write_strings(g + "/policies", pnames, "policies, rows of the hit-rate datasets");
-  fmt::print("replay: budget sweep ({} requests, bookkeeping): f = cache memory / {:.2f} GiB\n",
-             reqs.size(), full.bf16.rest_bytes / kGiB);
-  fmt::print("replay: {:>8} {:>6} {:>6} {:>9} {:<5} {:>10} {:>10} {:>10}  {}\n", "f", "A", "C",
-             "KV", "mode", "policy", "hit rate", "vs belady", "binds");
-  for (const char* mode : {"bf16", "int8"}) {
-    std::vector<double> hit(o.policies.size() * fr.size());
-    std::vector<int64_t> kv_binds(fr.size()), state_binds(fr.size());
-    for (size_t fi = 0; fi < fr.size(); ++fi) {
-      const double f = fr[fi];
-      const int64_t A = std::max<int64_t>(8, static_cast<int64_t>(f * full.bf16.active.slots));
-      int64_t kv = static_cast<int64_t>(f * full.bf16.kv_tokens_correct);
-      const bool floored = kv < 2 * largest;
-      kv = std::max(kv, 2 * largest);
-      const Int8Split split =
-          int8_split_at_equal_memory(A, active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
-      const bool int8 = std::string(mode) == "int8";
-      double belady_rate = -1.0;
-      std::vector<double> rates(o.policies.size());
-      for (size_t pi = 0; pi < o.policies.size(); ++pi) {
-        EngineConfig c = replay_config(o, m, int8 ? CacheMode::int8 : CacheMode::bf16,
-                                       int8 ? split.active : A, int8 ? split.ckpt : 0, kv);
-        c.cache.payload = false;
-        c.cache.policy = o.policies[pi];
-        if (policy_is_offline(o.policies[pi])) c.cache.next_use = index;
-        const std::string name = fmt::format("sweep {} f={:.4f} {}", mode, f, pnames[pi]);
-        const ModeReplay mr = summarize_run(
-            replay_once(name, c, reqs, trace_path(o)), reqs,
-            static_cast<size_t>((reqs.back().timestamp_ms - reqs.front().timestamp_ms) / 60000.0) +
-                1);
-        rates[pi] = mr.token_hit_rate;
-        hit[pi * fr.size() + fi] = mr.token_hit_rate;
-        if (o.policies[pi] == PolicyKind::belady) belady_rate = mr.token_hit_rate;
-        if (o.policies[pi] == PolicyKind::lru) {
-          kv_binds[fi] = mr.run.tree.full_evicted_nodes > 0 ? 1 : 0;
-          state_binds[fi] = mr.run.tree.state_evictions > 0 ? 1 : 0;
-        }
-        summary.set(fmt::format("replay.sweep.f{:.4f}.{}.{}.token_hit_rate", f, pnames[pi], mode),
-                    mr.token_hit_rate);
-        const std::string binds = fmt::format(
-            "{}{}{}", mr.run.tree.full_evicted_nodes > 0 ? "KV " : "",
-            mr.run.tree.state_evictions > 0 ? "state" : "", floored ? " (KV floor)" : "");
-        fmt::print("replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} {:>10} {:>10.4f} {:>10}  {}\n", f,
-                   int8 ? split.active : A, int8 ? split.ckpt : 0, kv, mode, pnames[pi],
-                   mr.token_hit_rate, "", binds);
-      }
-      if (belady_rate > 0) {
-        double best = 0.0;
-        std::string who;
-        for (size_t pi = 0; pi < o.policies.size(); ++pi)
-          if (!policy_is_offline(o.policies[pi]) && rates[pi] > best) {
-            best = rates[pi];
-            who = pnames[pi];
-          }
-        const double gap = (belady_rate - best) / belady_rate;
-        summary.set(fmt::format("replay.sweep.f{:.4f}.{}.best_online_gap", f, mode), gap);
-        fmt::print(
-            "replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} best online {} at {:.1f}% below belady\n", f,
-            "", "", "", mode, who, 100.0 * gap);
-        for (size_t pi = 0; pi < o.policies.size(); ++pi)
-          if (o.policies[pi] == PolicyKind::future_count) {
-            // What knowing how often, but not when, each prefix is used again reaches.
-            const double fc = (belady_rate - rates[pi]) / belady_rate;
-            summary.set(fmt::format("replay.sweep.f{:.4f}.{}.future_count_gap", f, mode), fc);
-            fmt::print(
-                "replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} future-count at {:.1f}% below belady\n",
-                f, "", "", "", mode, 100.0 * fc);
-          }
-      }
-    }
-    file.write(g + "/" + mode + "_token_hit_rate", hit, {o.policies.size(), fr.size()}, "1",
-               "[policy, memory fraction]: token hit rate");
-    file.write(g + "/" + mode + "_kv_binds", kv_binds, {fr.size()}, "1",
-               "lru: 1 when the KV pool evicted (binds) at that memory fraction");
-    file.write(g + "/" + mode + "_state_binds", state_binds, {fr.size()}, "1",
-               "lru: 1 when the state pool evicted (binds) at that memory fraction");
-  }
-}
-
 }  // namespace
 
 void run_replay(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
   const ReplayResult r = measure_replay(o, m);
   record_replay(r, file, summary);
   record_gaps(r, summary);
-  if (o.budget_sweep) budget_sweep(o, m, file, summary);
+  if (o.budget_sweep) replay_budget_sweep(o, m, file, summary);
 }
 
 }  // namespace statecheck
