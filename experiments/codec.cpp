@@ -314,7 +314,8 @@ void record_codec(const CodecMeasurement& r, const ModelConfig& m, const StatesS
 // each (state, layer) run from the CPU reference's prefilled fp32 state with the state kept in
 // that format between tokens, once by the CUDA kernel (cuda_ws_backend) and once by the kernel's
 // CPU reference (ws_reference_backend), both with bf16 q/k/v, keyed by (seed, layer, state):
-//   cuda.ws.<format>.output_mismatches   decode outputs whose bits differ between the two (0)
+//   cuda.ws.<format>.output_mismatches   decode outputs whose bits differ between the two (0;
+//                                        cuda.ws.output_mismatches: over every format, gated)
 //   cuda.ws.<format>.decode_relerr       GPU outputs against the fp32 CPU decode from the same
 //                                        state (the bf16 inputs alone give
 //                                        cuda.decode_output_relerr_vs_cpu)
@@ -354,6 +355,7 @@ void record_working_state_device(const CodecMeasurement& ref, const StatesSource
       fmt::format("codec: working-state decode kernels ({} steps), GPU beside its CPU reference",
                   Td),
       {"format", "output mismatches", "decode relerr"});
+  int64_t total = 0;  // over every format
   for (int fi = 0; fi < F; ++fi) {
     int64_t differ = 0;
     ErrorStats err;
@@ -371,7 +373,9 @@ void record_working_state_device(const CodecMeasurement& ref, const StatesSource
     summary.set("cuda.ws." + name + ".output_mismatches", static_cast<double>(differ));
     summary.set("cuda.ws." + name + ".decode_relerr", err.relerr());
     table.add_row({name, fmt::format("{}", differ), report_number(err.relerr())});
+    total += differ;
   }
+  summary.set("cuda.ws.output_mismatches", static_cast<double>(total));
   table.print();
 }
 #endif

@@ -295,7 +295,8 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   cache("k-list", po::value(&t.k_list),
         "capacity: comma list of K (default: 128..768 step 32, extended past the checkpoint pool)");
   cache("budget-sweep", po::bool_switch(&o.budget_sweep),
-        "replay: hit rate against the state-pool budget, per policy and mode");
+        "replay: hit rate against the cache memory (state pools and KV scaled together), per "
+        "policy and mode");
   cache("trace-max-tokens", po::value(&o.trace_max_tokens)->default_value(o.trace_max_tokens),
         "replay: most prompt + output tokens a trace may hold (2^30 fits 24 GiB)");
 }

@@ -32,8 +32,8 @@ except ImportError as e:  # a clear message instead of a traceback
 
 
 
-# Policies that read the future (core/cache/eviction_policy.h policy_is_offline): bounds, drawn
-# dashed, never the best online policy.
+# Policies that read the future (core/cache/eviction_policy.h policy_is_offline): drawn dashed,
+# never the best online policy; belady is the bound.
 OFFLINE = ("belady", "future-count")
 
 def _strings(ds):
@@ -467,7 +467,8 @@ def plot_budget_sweep(f, s, out):
         hit = s[f"{mode}_token_hit_rate"][()]
         for i, p in enumerate(pols):
             ax.plot(fr, hit[i], marker="o", ms=4, ls="--" if p in OFFLINE else "-",
-                    label=p + (" (offline bound)" if p in OFFLINE else ""))
+                    label=p + (" (offline bound)" if p == "belady" else
+                               " (offline)" if p in OFFLINE else ""))
         kv, st = s[f"{mode}_kv_binds"][()], s[f"{mode}_state_binds"][()]
         for x, k, t in zip(fr, kv, st):
             if k:
