@@ -9,8 +9,8 @@
 // an off-grid state (no_buffer chunk and sequence ends) is keyed by its grid floor, and a prefix
 // shorter than G by the empty prefix, which every later request uses.
 //
-// Built in O(N log N) for N (key, request) pairs: one pass of an incremental FNV-1a hash over every
-// request's tokens, then a sort. next_use is a binary search (O(log N)).
+// Built in O(N log N) for N (key, request) pairs: one pass of an incremental hash (FNV-1a per
+// token) over every request's tokens, then a sort. next_use is a binary search (O(log N)).
 #pragma once
 
 #include <cstdint>
