@@ -401,4 +401,44 @@ TEST(CachePolicies, NextUseIndexMatchesADirectScan) {
   EXPECT_EQ(ix.next_use(k4, 4), NextUseIndex::kNever);
   EXPECT_EQ(ix.next_use(k2, 0), 1);
   EXPECT_EQ(ix.next_use(ix.key(p4, 1), 3), 4);  // shorter than G: the empty prefix
+  // Later uses (future-count's score), counted by hand: [1 2 3 4] is matched by requests 0, 2
+  // and 4, [1 2] by 0, 1, 2 and 4; the empty prefix by every request.
+  EXPECT_EQ(ix.uses_after(k4, -1), 3);
+  EXPECT_EQ(ix.uses_after(k4, 0), 2);
+  EXPECT_EQ(ix.uses_after(k4, 2), 1);
+  EXPECT_EQ(ix.uses_after(k4, 4), 0);
+  EXPECT_EQ(ix.uses_after(k2, 0), 3);
+  EXPECT_EQ(ix.uses_after(ix.key(p4, 1), 1), 3);
+  EXPECT_EQ(ix.uses_after(ix.key(p4, 1), 4), 0);
+  const int32_t other[] = {7, 7, 7, 7};
+  EXPECT_EQ(ix.uses_after(ix.key(other, 4), -1), 0);  // never used
+  // On seeded random workloads both queries equal a direct scan of the requests.
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Rng rng(seed);
+    std::vector<std::vector<int32_t>> w(40);
+    for (auto& r : w) {
+      r.resize(3 + rng.below(10));
+      for (auto& t : r) t = static_cast<int32_t>(rng.below(3));  // few tokens: shared prefixes
+    }
+    const int G = 1 + static_cast<int>(rng.below(3));
+    NextUseIndex idx(
+        w.size(), [&](size_t i) { return w[i]; }, G);
+    for (size_t a = 0; a < w.size(); ++a)
+      for (int64_t d = G; d + 1 <= static_cast<int64_t>(w[a].size()); d += G) {
+        const uint64_t key = idx.key(w[a].data(), d);
+        for (int64_t now = -1; now < static_cast<int64_t>(w.size()); now += 7) {
+          int64_t next = NextUseIndex::kNever, count = 0;
+          for (size_t j = static_cast<size_t>(now + 1); j < w.size(); ++j) {
+            const bool uses = static_cast<int64_t>(w[j].size()) - 1 >= d &&
+                              std::equal(w[a].begin(), w[a].begin() + d, w[j].begin());
+            if (uses) {
+              if (next == NextUseIndex::kNever) next = static_cast<int64_t>(j);
+              ++count;
+            }
+          }
+          ASSERT_EQ(idx.next_use(key, now), next) << "seed " << seed << " request " << a;
+          ASSERT_EQ(idx.uses_after(key, now), count) << "seed " << seed << " request " << a;
+        }
+      }
+  }
 }
