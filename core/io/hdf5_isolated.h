@@ -5,9 +5,10 @@
 //
 // The reader is this same executable (/proc/self/exe) started with posix_spawn and an internal
 // environment variable; its start-up (a constructor of priority 101, before the program's other
-// initialisers) serves one request on a socket and ends with _exit, so main never runs there. A spawn rather than a fork: any thread
-// may call these functions while others run, and a forked copy of a multi-threaded process can
-// deadlock on locks the other threads held (AddressSanitizer's allocator has no fork handlers).
+// initialisers) serves one request on a socket and ends with _exit, so main never runs there. A
+// spawn rather than a fork: any thread may call these functions while others run, and a forked
+// copy of a multi-threaded process can deadlock on locks the other threads held
+// (AddressSanitizer's allocator has no fork handlers).
 // The reader holds only its standard streams and the socket (every other descriptor is closed at
 // the spawn), dies with the thread that started it (PR_SET_PDEATHSIG), and needs /proc/self/exe
 // (a program started through ld.so or an emulator cannot read HDF5 files this way). The tests of
