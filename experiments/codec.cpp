@@ -329,21 +329,29 @@ void record_working_state_device(const CodecMeasurement& ref, const StatesSource
   const int items = ref.N * L;
   std::vector<std::vector<float>> gpu(static_cast<size_t>(F) * items),
       cpu(static_cast<size_t>(F) * items);
-  auto decode = [&](const RecurrenceBackend& backend, int item, std::vector<float>& o) {
+  // Item `item` decoded under every format, by the CUDA kernels (`gpu`) or their CPU reference;
+  // the layer's inputs are read once for all formats.
+  auto decode_item = [&](int item, bool gpu_side, std::vector<std::vector<float>>& out) {
     const int n = item / L, l = item % L;
     const LayerInputs in = source.layer_inputs(n, l, Tp + Td);
-    const std::unique_ptr<LayerRun> run = backend.bind_at(shape, in, 1, l, n);
-    run->write(0, ref.prefill_state[item].data());
-    o.assign(ref.ref_outputs[item].size(), 0.0f);
-    run->advance(0, Tp, Tp + Td, o.data());
+    for (int fi = 0; fi < F; ++fi) {
+      const std::unique_ptr<RecurrenceBackend> backend =
+          gpu_side ? cuda::cuda_ws_backend(formats[fi], seed)
+                   : cuda::ws_reference_backend(formats[fi], seed);
+      const std::unique_ptr<LayerRun> run = backend->bind_at(shape, in, 1, l, n);
+      run->write(0, ref.prefill_state[item].data());
+      std::vector<float>& o = out[static_cast<size_t>(fi) * items + item];
+      o.assign(ref.ref_outputs[item].size(), 0.0f);
+      run->advance(0, Tp, Tp + Td, o.data());
+    }
   };
-  Progress progress("codec working-state decode (cuda + reference)", 2L * F * items);
-  for (int j = 0; j < F * items; ++j) {  // one device: one run after another
-    decode(*cuda::cuda_ws_backend(formats[j / items], seed), j % items, gpu[j]);
+  Progress progress("codec working-state decode (cuda + reference)", 2L * items);
+  for (int item = 0; item < items; ++item) {  // one device: one run after another
+    decode_item(item, true, gpu);
     progress.tick();
   }
-  parallel_for(F * items, threads, [&](int j) {
-    decode(*cuda::ws_reference_backend(formats[j / items], seed), j % items, cpu[j]);
+  parallel_for(items, threads, [&](int item) {
+    decode_item(item, false, cpu);
     progress.tick();
   });
   const std::string g = "codec/cuda/working_state";

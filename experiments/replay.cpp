@@ -44,14 +44,12 @@
 // result file's datasets and the summary and prints one line per mode and the benchmark's.
 #include <chrono>
 #include <cstring>
-#include <numeric>
 
 #include <fmt/format.h>
 
 #include "core/cache/engine.h"
 #include "core/memory/memory_budget.h"
 #include "core/util/error.h"
-#include "core/util/progress.h"
 #include "core/workloads/mooncake_trace.h"
 #include "experiments/cache_common.h"
 #include "experiments/experiment.h"

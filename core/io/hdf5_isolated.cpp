@@ -90,11 +90,22 @@ void put_string(std::string& out, const std::string& s) {
   out += s;
 }
 
-bool read_string(int fd, std::string& s, uint64_t limit) {
+// A length-prefixed field of at most `limit` bytes, the buffer grown as its bytes arrive, so a
+// length the other end claims but never sends costs at most 1 MiB more than what came.
+bool read_bounded(int fd, std::string& s, uint64_t limit) {
   uint64_t n = 0;
-  if (!read_all(fd, &n, sizeof n) || n > limit) return false;
-  s.resize(n);
-  return read_all(fd, s.data(), n);
+  if (!read_all(fd, &n, sizeof n)) return false;
+  if (n > limit) {
+    errno = EBADMSG;  // a damaged frame, not the end of the stream nor a time-out
+    return false;
+  }
+  s.clear();
+  while (s.size() < n) {
+    const size_t at = s.size(), chunk = static_cast<size_t>(std::min<uint64_t>(n - at, 1 << 20));
+    s.resize(at + chunk);
+    if (!read_all(fd, s.data() + at, chunk)) return false;
+  }
+  return true;
 }
 
 // Reads the fields put() wrote, in order; false when the payload is shorter than claimed.
@@ -205,8 +216,9 @@ void test_fault() {
   std::string path, name;
   uint64_t limit = 0;
   uint32_t seconds = 0;
-  if (!read_all(fd, &op, 1) || !read_string(fd, path, 1 << 20) || !read_string(fd, name, 1 << 16) ||
-      !read_all(fd, &limit, sizeof limit) || !read_all(fd, &seconds, sizeof seconds))
+  if (!read_all(fd, &op, 1) || !read_bounded(fd, path, 1 << 20) ||
+      !read_bounded(fd, name, 1 << 16) || !read_all(fd, &limit, sizeof limit) ||
+      !read_all(fd, &seconds, sizeof seconds))
     _exit(4);
   alarm(seconds);
   const uint64_t now = address_space_bytes();
@@ -289,14 +301,14 @@ pid_t spawn_reader(const std::string& path, int child_end) {
     posix_spawn_file_actions_destroy(&actions);
     fail("{}: cannot start the HDF5 reader process (out of memory)", path);
   }
-  // dup2 onto another number clears close-on-exec; every descriptor above it is closed, so the
-  // reader holds none of this process's files (an orphaned reader would keep result files and
-  // the caller's pipes open).
+  // A default disposition and an empty mask: the spawning thread may block SIGALRM.
   sigset_t none, defaults;
   sigemptyset(&none);
   sigemptyset(&defaults);
-  // A default disposition and an empty mask: the spawning thread may block SIGALRM.
   for (int sig : {SIGALRM, SIGPIPE, SIGINT, SIGTERM, SIGHUP}) sigaddset(&defaults, sig);
+  // dup2 onto another number clears close-on-exec; every descriptor above it is closed, so the
+  // reader holds none of this process's files (an orphaned reader would keep result files and
+  // the caller's pipes open).
   int rc = posix_spawn_file_actions_adddup2(&actions, child_end, kReaderFd);
   if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&actions, kReaderFd + 1);
   if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, &none);
@@ -340,24 +352,6 @@ uint64_t result_limit(uint8_t op, uint64_t file_size) {
     default:
       return std::min(kHdf5MaxReadBytes, 16 * file_size) + margin;
   }
-}
-
-// A length-prefixed field of at most `limit` bytes, the buffer grown as its bytes arrive, so a
-// length the reader claims but never sends costs at most 1 MiB more than what came.
-bool read_bounded(int fd, std::string& s, uint64_t limit) {
-  uint64_t n = 0;
-  if (!read_all(fd, &n, sizeof n)) return false;
-  if (n > limit) {
-    errno = EBADMSG;  // a damaged frame, not the end of the stream nor a time-out
-    return false;
-  }
-  s.clear();
-  while (s.size() < n) {
-    const size_t at = s.size(), chunk = static_cast<size_t>(std::min<uint64_t>(n - at, 1 << 20));
-    s.resize(at + chunk);
-    if (!read_all(fd, s.data() + at, chunk)) return false;
-  }
-  return true;
 }
 
 // Runs request `op` on `path` (and dataset `name`) in the reader process, whose address space is
