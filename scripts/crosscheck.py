@@ -191,7 +191,9 @@ def export_family(a, torch):
     return 0
 
 
-def check_family(family, a, torch, fla_fns, out_dir):
+def check_family(family, a, torch, fla_fns, out_dir, partial):
+    """The checks of one family; its comparison rows are also kept in partial["comparisons"] as
+    they are made, so that a later failure does not hide them."""
     work = os.path.join(out_dir, family)
     out = run([sys.executable, os.path.abspath(__file__), "--export-family", family, "--work",
                out_dir, "--seed", str(a.seed), "--tokens", str(a.tokens), "--sequences",
@@ -203,7 +205,7 @@ def check_family(family, a, torch, fla_fns, out_dir):
     gate = meta["gate"]
     T = a.tokens
     dk = t[f"layers.{layers[0]}.q"].shape[3]
-    rows = []
+    rows = partial.setdefault("comparisons", [])
 
     def row(a_name, b_name, quantity, err, tol, derivation):
         rows.append({"a": a_name, "b": b_name, "quantity": quantity, "relerr": err, "tol": tol,
@@ -260,9 +262,9 @@ def check_family(family, a, torch, fla_fns, out_dir):
         # statecheck's CUDA pool kernels (bf16 q/k/v and outputs, fp32 state) against its CPU fp32
         # reference on the same inputs: a bf16 path.
         row("statecheck CUDA", "statecheck fp32 CPU", "prefill states",
-            sc["cuda.prefill_state_relerr_vs_cpu"], TOL16, "tol16")
+            sc["codec.cuda.prefill_state_relerr_vs_cpu"], TOL16, "tol16")
         row("statecheck CUDA", "statecheck fp32 CPU", "decode outputs",
-            sc["cuda.decode_output_relerr_vs_cpu"], TOL16, "tol16")
+            sc["codec.cuda.decode_output_relerr_vs_cpu"], TOL16, "tol16")
     err2 = ref2 = 0.0
     for i in layers:
         S0 = t.get(f"layers.{i}.initial_state", np.zeros_like(t[f"layers.{i}.final_state"]))
@@ -274,7 +276,7 @@ def check_family(family, a, torch, fla_fns, out_dir):
         err2 += float(np.sum((o_hat.astype(np.float64) - o_ref) ** 2))
         ref2 += float(np.sum(o_ref.astype(np.float64) ** 2))
     fla_decode = math.sqrt(err2 / ref2)
-    sc_decode = sc["int8.decode_relerr"]
+    sc_decode = sc["codec.int8.decode_relerr"]
     decode = {"prefill": Tp, "decode": Td, "fla_fused_recurrent": fla_decode,
               "statecheck": sc_decode, "fla_2sf": sig2(fla_decode), "statecheck_2sf": sig2(sc_decode),
               # Two figures, or within 0.1% where the two straddle a rounding boundary of the
@@ -352,10 +354,12 @@ def main(argv=None):
                    ("kda", "fused_recurrent"): fused_recurrent_kda, ("kda", "chunk"): chunk_kda}
         results = []
         for family in a.families.split(","):
+            partial = {}
             try:
-                results.append(check_family(family, a, torch, fla_fns, a.work))
+                results.append(check_family(family, a, torch, fla_fns, a.work, partial))
             except Exception as e:  # one family failing to build must not hide the others
-                results.append({"family": family, "pass": False, "error": f"{type(e).__name__}: {e}"})
+                results.append({"family": family, **partial, "pass": False,
+                                "error": f"{type(e).__name__}: {e}"})
             r = results[-1]
             print(f"crosscheck {family}: {'pass' if r['pass'] else 'FAIL'} "
                   f"{r.get('error', '')}")

@@ -457,7 +457,9 @@ def random_model(family, torch, seed, layers=4):
                                 "kda_layers": kda_layers, "full_attn_layers": [layers]},
             q_lora_rank=None, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=16,
             v_head_dim=32, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
-            n_shared_experts=1, n_group=1, topk_group=1)
+            n_shared_experts=1, n_group=1, topk_group=1,
+            # Kimi's own token ids (pad 163839) lie outside the small vocabulary.
+            pad_token_id=0, bos_token_id=1, eos_token_id=2)
         return tf.KimiLinearForCausalLM(cfg)
     if family == "fla_kda":
         from fla.models import KDAConfig, KDAForCausalLM

@@ -79,4 +79,21 @@ __device__ __forceinline__ void wait_bulk_stores() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+// Per-thread asynchronous copies (cp.async, sm_80 and later): copy16_async copies 16 bytes from
+// global `src` to shared `dst` (both 16-byte aligned) without holding registers; the thread groups
+// its copies with commit_async_copies and waits with wait_async_copies<N> until at most N of its
+// groups are still in flight. The data is then visible to this thread; other threads read it
+// after a barrier.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void commit_async_copies() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait_async_copies() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 }  // namespace statecheck::cuda

@@ -6,8 +6,11 @@
 // row group rg for the 256 threads of d_v = 128). Row sums are 3-step butterflies over the 8 lanes;
 // the column amax is a 2-step butterfly over the warp's row groups, then one thread per column
 // reduces the warps' partial maxima from shared memory and forms the scale once. Two barriers per
-// token; the shared arrays are double-buffered across tokens, so no third is needed. The order of
-// every fp32 rounding is written out in ws_decode_reference.h, which repeats it on the host.
+// token; the shared arrays are double-buffered across tokens, so no third is needed. At d_k = 128
+// a persistent grid (as many blocks as are resident) takes the heads in turn and stages the next
+// head's codes and scales into shared memory by asynchronous copies while it computes the current
+// one, so a head's loads overlap the arithmetic of the one before. The order of every fp32
+// rounding is written out in ws_decode_reference.h, which repeats it on the host.
 #include "kernels/working_state/ws_decode.h"
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include "core/working_state/element_codec.h"
 #include "core/working_state/philox.h"
 #include "kernels/codec/rounding.cuh"
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_step_math.h"
@@ -29,15 +33,17 @@
 namespace statecheck::cuda {
 namespace {
 
-// RPT rows per thread: 4 (256 threads at d_v = 128, two blocks per SM) or 2 (512 threads, one
-// block per SM, half the state registers per thread).
+// The decode of one (sequence, value head) by the whole block: RPT = 4 rows per thread (256
+// threads at d_v = 128, two blocks per SM). `src_codes` points to the head's stored codes
+// ([d_v, d_k] in the store's element size) and `src_scales` to its d_k column scales (fp32 or
+// bf16): the slot in the pool, or the block's shared-memory copy of it (ws_decode_persistent);
+// the results are written to the slot in the pool. `smem` holds the block's reduction arrays.
 template <Store ST, int CPL, bool KDA, bool SR, int RPT>
-__global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
-    ws_decode_kernel(WsParams p) {
+__device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, float* smem,
+                                            const uint8_t* src_codes, const void* src_scales) {
   constexpr int NW = Packed<ST, CPL>::kWords;
   constexpr int EB = ST == Store::bf16 ? 2 : 1;  // bytes per element
   constexpr bool kScaled = ST != Store::bf16;
-  const int seq = blockIdx.x, h = blockIdx.y;
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
   if (t0 >= t1) return;  // uniform over the block: no barrier is skipped by part of it
   const int dk = p.dk, dv = p.dv;
@@ -55,7 +61,6 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
     rows[r] = rg + nrg * r;
     row_ok[r] = rows[r] < dv;
   }
-  extern __shared__ __align__(16) float smem[];
   float* sm_amax = smem;                     // [2][nwarps][dk]
   float* sm_scale = smem + 2 * nwarps * dk;  // [2][dk]
   float* sm_inv = sm_scale + 2 * dk;         // [2][dk]
@@ -66,9 +71,9 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
   for (int e = 0; e < CPL; ++e) sc[e] = inv[e] = 1.0f;
   if constexpr (kScaled) {
     if (p.bf16_scale) {
-      load_bf16<CPL>(reinterpret_cast<const uint16_t*>(p.scales) + head * dk + j0, sc);
+      load_bf16<CPL>(static_cast<const uint16_t*>(src_scales) + j0, sc);
     } else {
-      load_f32<CPL>(reinterpret_cast<const float*>(p.scales) + head * dk + j0, sc);
+      load_f32<CPL>(static_cast<const float*>(src_scales) + j0, sc);
     }
   }
   float s[RPT][CPL];
@@ -89,7 +94,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
     for (int r = 0; r < RPT; ++r) {
       uint32_t w[NW];
       if (row_ok[r]) {
-        load_words<NW>(codes + (static_cast<int64_t>(rows[r]) * dk + j0) * EB, w);
+        load_words<NW>(src_codes + (rows[r] * dk + j0) * EB, w);
       } else {
 #pragma unroll
         for (int c = 0; c < NW; ++c) w[c] = 0u;
@@ -155,10 +160,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
       a[0] = wsk::exp(a[0]);
     }
 
-    // The delta rule on the rows, the readout, the column amax.
-    float m[CPL];
-#pragma unroll
-    for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
+    // The delta rule on the rows and the readout.
     float out[RPT];
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
@@ -174,7 +176,6 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
       for (int e = 0; e < CPL; ++e) {
         s[r][e] = wsk::fma(wgt, kk[e], s[r][e]);
         acc = wsk::fma(s[r][e], q[e], acc);
-        if (row_ok[r]) m[e] = fmaxf(m[e], fabsf(s[r][e]));
       }
       out[r] = row_sum(acc);
       if (row_ok[r]) bad |= !(fabsf(out[r]) <= 3.40282347e38f);
@@ -186,6 +187,16 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
         if (row_ok[r]) ot[rows[r]] = ws_bf16_rne(out[r]);
     }
     if constexpr (kScaled) {
+      // The column amax, after the rows (exact, so in any order; m is not live during the update).
+      float m[CPL];
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
+#pragma unroll
+      for (int r = 0; r < RPT; ++r)
+        if (row_ok[r]) {
+#pragma unroll
+          for (int e = 0; e < CPL; ++e) m[e] = fmaxf(m[e], fabsf(s[r][e]));
+        }
 #pragma unroll
       for (int e = 0; e < CPL; ++e) {
         m[e] = fmaxf(m[e], __shfl_xor_sync(0xffffffffu, m[e], 8));
@@ -240,6 +251,88 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / RPT, RPT == 4 ? 2 : 1)
   }
 }
 
+// One block per (sequence, value head): grid (num_seqs, HV).
+template <Store ST, int CPL, bool KDA, bool SR>
+__global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(WsParams p) {
+  constexpr int EB = ST == Store::bf16 ? 2 : 1;
+  extern __shared__ __align__(16) float smem[];
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
+  const void* scales =
+      ST == Store::bf16 ? nullptr
+      : p.bf16_scale
+          ? static_cast<const void*>(static_cast<const uint16_t*>(p.scales) + head * p.dk)
+          : static_cast<const void*>(static_cast<const float*>(p.scales) + head * p.dk);
+  decode_head<ST, CPL, KDA, SR, 4>(p, seq, h, smem, p.codes + head * p.dv * p.dk * EB, scales);
+}
+
+// Stages head `item` (= sequence * HV + value head) of the launch into ring buffer `buf`: each
+// thread copies the 16-byte pieces of the codes it will decode itself (its rows, its key channels)
+// and the first threads the head's column scales, by asynchronous copies (cp.async) that the
+// caller commits as one group.
+template <Store ST, int CPL>
+__device__ __forceinline__ void stage_head(const WsParams& p, int item, uint8_t* ring_codes,
+                                           uint8_t* ring_scales, int buf) {
+  constexpr int EB = ST == Store::bf16 ? 2 : 1;
+  constexpr int kPieces = CPL * EB / 16;  // 16-byte pieces of one row chunk
+  const int seq = item / p.HV, h = item - seq * p.HV;
+  if (p.cu[seq] >= p.cu[seq + 1]) return;  // not run: nothing to stage
+  const int dk = p.dk, dv = p.dv;
+  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
+  const int head_bytes = dv * dk * EB;
+  const uint8_t* src = p.codes + head * head_bytes;
+  uint8_t* dst = ring_codes + buf * head_bytes;
+  const int sub = threadIdx.x & 7, rg = threadIdx.x >> 3, nrg = blockDim.x >> 3;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = rg + nrg * r;
+    if (row < dv) {
+      const int off = (row * dk + sub * CPL) * EB;
+#pragma unroll
+      for (int c = 0; c < kPieces; ++c) copy16_async(dst + off + 16 * c, src + off + 16 * c);
+    }
+  }
+  if constexpr (ST != Store::bf16) {
+    const int scale_bytes = dk * (p.bf16_scale ? 2 : 4);
+    const uint8_t* ssrc = static_cast<const uint8_t*>(p.scales) + head * scale_bytes;
+    for (int b = 16 * threadIdx.x; b < scale_bytes; b += 16 * blockDim.x)
+      copy16_async(ring_scales + buf * scale_bytes + b, ssrc + b);
+  }
+}
+
+// Persistent grid (d_k = 128, no init_state): each block takes heads item = blockIdx.x,
+// blockIdx.x + gridDim.x, ... of the launch's num_seqs * HV and, while it computes one, the next
+// one's codes and scales arrive in the other half of a two-entry shared ring, so the loads of a
+// head overlap the arithmetic of the one before it. Shared memory after the reduction arrays:
+// ring codes [2][d_v * d_k * EB], ring scales [2][d_k * scale bytes].
+template <Store ST, int CPL, bool KDA, bool SR>
+__global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2)
+    ws_decode_persistent_kernel(WsParams p, int reduction_floats) {
+  constexpr int EB = ST == Store::bf16 ? 2 : 1;
+  extern __shared__ __align__(16) float smem[];
+  uint8_t* ring_codes = reinterpret_cast<uint8_t*>(smem + reduction_floats);
+  uint8_t* ring_scales = ring_codes + 2 * p.dv * p.dk * EB;
+  const int scale_bytes = ST == Store::bf16 ? 0 : p.dk * (p.bf16_scale ? 2 : 4);
+  const int items = p.num_seqs * p.HV;
+  int item = blockIdx.x;
+  if (item < items) stage_head<ST, CPL>(p, item, ring_codes, ring_scales, 0);
+  commit_async_copies();
+  for (int i = 0; item < items; ++i, item += gridDim.x) {
+    const int buf = i & 1;
+    if (item + static_cast<int>(gridDim.x) < items)
+      stage_head<ST, CPL>(p, item + gridDim.x, ring_codes, ring_scales, buf ^ 1);
+    commit_async_copies();
+    wait_async_copies<1>();  // this thread's copies of `item` have landed
+    __syncthreads();         // and every thread's (the scales are read by all)
+    // The ring entry `buf` is written again two items later, by a stage issued after this head's
+    // barriers (decode_head synchronises at least twice after reading the scales; each thread's
+    // codes are its own), so no barrier is needed after the head.
+    const int seq = item / p.HV, h = item - seq * p.HV;
+    decode_head<ST, CPL, KDA, SR, 4>(p, seq, h, smem, ring_codes + buf * p.dv * p.dk * EB,
+                                     ring_scales + buf * scale_bytes);
+  }
+}
+
 // Byte-for-byte copy of n slot pairs: blockIdx.y is the pair; 16-byte units, grid-stride in x.
 __global__ void ws_slot_copy_kernel(const uint4* src_codes, const uint4* src_scales,
                                     uint4* dst_codes, uint4* dst_scales, const int32_t* src_slots,
@@ -275,37 +368,76 @@ bool aligned16(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
 
-int block_threads(int dv, int rows_per_thread) {
-  const int threads = kLanesPerRow * ((dv + rows_per_thread - 1) / rows_per_thread);
+// Threads of a block: 8 lanes per state row, 4 rows per thread, whole warps.
+int block_threads(int dv) {
+  const int threads = kLanesPerRow * ((dv + 3) / 4);
   return (threads + 31) / 32 * 32;
 }
 
-template <Store ST, int CPL, int RPT>
+// The persistent kernel's largest shared memory (d_v = 128, fp32 scales) and the size of its grid:
+// the blocks that fit on the device at that size, all resident at once. Set up once per kernel
+// instantiation (the first launch's device).
+template <Store ST, int CPL, bool KDA, bool SR>
+int persistent_grid() {
+  static const int grid = [] {
+    constexpr int EB = ST == Store::bf16 ? 2 : 1;
+    constexpr int threads = kLanesPerRow * kMaxDv / 4;
+    const size_t shared = (2 * (threads / 32) * 8 * CPL + 4 * 8 * CPL) * sizeof(float) +
+                          2 * (static_cast<size_t>(kMaxDv) * 8 * CPL * EB + 8 * CPL * 4);
+    const auto kernel = ws_decode_persistent_kernel<ST, CPL, KDA, SR>;
+    STATECHECK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(shared)));
+    int dev = 0, sms = 0, per_sm = 0;
+    STATECHECK_CUDA_CHECK(cudaGetDevice(&dev));
+    STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    STATECHECK_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
+    return std::max(1, per_sm) * sms;
+  }();
+  return grid;
+}
+
+template <Store ST, int CPL, bool KDA, bool SR>
+void launch_variant(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
+  const int threads = block_threads(a.dv);
+  const int reduction = 2 * (threads / 32) * a.dk + 4 * a.dk;  // floats
+  if (CPL == 16 && a.persistent && !a.init_state) {
+    constexpr int EB = ST == Store::bf16 ? 2 : 1;
+    const size_t ring = 2 * (static_cast<size_t>(a.dv) * a.dk * EB +
+                             (ST == Store::bf16 ? 0 : a.dk * (p.bf16_scale ? 2 : 4)));
+    const int items = a.num_seqs * a.HV;
+    const int resident = persistent_grid<ST, CPL, KDA, SR>();
+    const int grid = std::min(
+        items, a.persistent_blocks > 0 ? std::min(a.persistent_blocks, resident) : resident);
+    ws_decode_persistent_kernel<ST, CPL, KDA, SR>
+        <<<grid, threads, reduction * sizeof(float) + ring, stream>>>(p, reduction);
+  } else {
+    ws_decode_kernel<ST, CPL, KDA, SR>
+        <<<dim3(a.num_seqs, a.HV), threads, reduction * sizeof(float), stream>>>(p);
+  }
+}
+
+template <Store ST, int CPL>
 void launch(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
-  const int threads = block_threads(a.dv, RPT);
-  const size_t shared = (2 * static_cast<size_t>(threads / 32) * a.dk + 4 * a.dk) * sizeof(float);
-  const dim3 grid(a.num_seqs, a.HV);
   const bool kda = a.gate == GateKind::kda;
   if (kda && p.sr)
-    ws_decode_kernel<ST, CPL, true, true, RPT><<<grid, threads, shared, stream>>>(p);
+    launch_variant<ST, CPL, true, true>(a, p, stream);
   else if (kda)
-    ws_decode_kernel<ST, CPL, true, false, RPT><<<grid, threads, shared, stream>>>(p);
+    launch_variant<ST, CPL, true, false>(a, p, stream);
   else if (p.sr)
-    ws_decode_kernel<ST, CPL, false, true, RPT><<<grid, threads, shared, stream>>>(p);
+    launch_variant<ST, CPL, false, true>(a, p, stream);
   else
-    ws_decode_kernel<ST, CPL, false, false, RPT><<<grid, threads, shared, stream>>>(p);
+    launch_variant<ST, CPL, false, false>(a, p, stream);
 }
 
 template <Store ST>
 void launch_store(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
   if (a.dk == 32)
-    launch<ST, 4, 4>(a, p, stream);
+    launch<ST, 4>(a, p, stream);
   else if (a.dk == 64)
-    launch<ST, 8, 4>(a, p, stream);
-  else if (a.rows_per_thread == 2)
-    launch<ST, 16, 2>(a, p, stream);
+    launch<ST, 8>(a, p, stream);
   else
-    launch<ST, 16, 4>(a, p, stream);
+    launch<ST, 16>(a, p, stream);
 }
 
 }  // namespace
@@ -333,12 +465,9 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   if (a.dk != 32 && a.dk != 64 && a.dk != 128)
     fail("working-state decode: d_k {} (expected 32, 64 or 128)", a.dk);
   if (a.dv > kMaxDv) fail("working-state decode: d_v {} above {}", a.dv, kMaxDv);
-  if (a.rows_per_thread != 0 && a.rows_per_thread != 4 && !(a.rows_per_thread == 2 && a.dk == 128))
-    fail("working-state decode: rows_per_thread {} (0 or 4; 2 at d_k = 128 only)",
-         a.rows_per_thread);
-  if (a.num_seqs < 0 || a.pool_slots < 0)
-    fail("working-state decode: num_seqs {} and pool_slots {} must be >= 0", a.num_seqs,
-         a.pool_slots);
+  if (a.num_seqs < 0 || a.pool_slots < 0 || a.persistent_blocks < 0)
+    fail("working-state decode: num_seqs {}, pool_slots {} and persistent_blocks {} must be >= 0",
+         a.num_seqs, a.pool_slots, a.persistent_blocks);
   if (a.layer < 0 || a.layer >= 65536)
     fail("working-state decode: layer {} outside [0, 65536)", a.layer);
   const Store st = store_of(a.format.kind);
@@ -359,7 +488,7 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
       !aligned16(a.init_state))
     fail("working-state decode: codes, scales and init_state must be 16-byte aligned");
   WsParams p;
-  p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
+  p.num_seqs = a.num_seqs, p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
   p.qk_l2norm = a.qk_l2norm;
   p.sr = a.format.stochastic();
   p.bf16_scale = a.format.bf16_scale;

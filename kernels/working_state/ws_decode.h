@@ -34,7 +34,7 @@
 //   error_info  [4]                          int32, device, zero before the launch (may be null)
 //   init_state  [num_seqs, HV, d_v, d_k]     fp32 initial states read instead of the slots (may be
 //                                            null; see WsDecodeArgs)
-// d_k in {32, 64, 128}, 1 <= d_v <= 128 (4 or 2 rows per thread: rows_per_thread), HV % H == 0. A
+// d_k in {32, 64, 128}, 1 <= d_v <= 128, HV % H == 0. A
 // sequence without tokens keeps its slot bit for bit; slots not listed are not touched. Duplicate
 // slot ids are a caller error (they race).
 //
@@ -83,10 +83,14 @@ struct WsDecodeArgs {
   // init_state[s] as given instead of decoding its slot (a state written from outside the format,
   // e.g. a prefill's fp32 result; its first token's update is then stored in the format as usual).
   const float* init_state = nullptr;
-  // The kernel's layout: state rows held per thread, 4 (256 threads at d_v = 128, two blocks per
-  // SM; 0 means 4) or, at d_k = 128 only, 2 (512 threads, one block per SM, no register spills).
-  // The same bits either way: the rows a thread holds do not enter any rounding.
-  int rows_per_thread = 0;
+  // The grid at d_k = 128 without init_state: true, a persistent grid of resident blocks, each
+  // taking heads in turn and loading the next head's codes and scales into shared memory while it
+  // computes the current one; false, one block per (sequence, value head). Other launches always
+  // take the latter. The same bits either way: the grid enters no rounding.
+  bool persistent = true;
+  // Blocks of the persistent grid: 0, as many as are resident on the device at once; n > 0, at
+  // most n (a block then takes more heads in turn, e.g. to test that path on small launches).
+  int persistent_blocks = 0;
 };
 
 // True for the formats ws_decode runs (see WsDecodeArgs::format).
@@ -94,7 +98,7 @@ bool ws_decode_supports(const WorkingStateFormat& f);
 
 // Launches the kernel on `stream`. Throws statecheck::Error, before any device work, on an
 // unsupported format, shapes outside the limits above (H, HV, d_v not positive, HV % H != 0, d_k
-// not 32, 64 or 128, d_v > 128, rows_per_thread not allowed), num_seqs or pool_slots negative,
+// not 32, 64 or 128, d_v > 128), persistent_blocks or num_seqs or pool_slots negative,
 // layer outside [0, 2^16), a null required pointer (named), codes, scales or init_state not 16-byte
 // aligned, or a launch failure.
 void ws_decode(const WsDecodeArgs& a, cudaStream_t stream = nullptr);

@@ -21,12 +21,12 @@ namespace statecheck::cuda {
 namespace {
 
 constexpr int kLanesPerRow = 8;
-constexpr int kMaxDv = 128;  // rows of a head: 4 per thread in 256 threads, or 2 in 512
+constexpr int kMaxDv = 128;  // rows of a head: 4 per thread in 256 threads
 
 enum class Store { bf16, int8, fp8 };
 
 struct WsParams {
-  int H, HV, dk, dv;
+  int num_seqs, H, HV, dk, dv;
   bool qk_l2norm, sr, bf16_scale;
   float scale;
   uint8_t* codes;

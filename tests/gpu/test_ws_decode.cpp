@@ -245,28 +245,34 @@ TEST_P(WsDecode, MatchesReferenceBitForBitAndLeavesOtherSlots) {
   }
 }
 
-// The 512-thread layout (2 rows per thread, d_k = 128) gives the reference's bits too: the rows a
-// thread holds enter no rounding.
-TEST_P(WsDecode, TwoRowsPerThreadGiveTheSameBits) {
+// The grids at d_k = 128 give the reference's bits too: one block per (sequence, value head), and
+// a persistent grid of 1 or 3 blocks, each taking many heads in turn (through the two-entry ring,
+// past heads of sequences without tokens), where the default launch gives each block one head.
+TEST_P(WsDecode, EveryGridGivesTheSameBits) {
   const Case& c = GetParam();
-  if (c.dk != 128) GTEST_SKIP() << "the 2-rows-per-thread layout exists at d_k = 128 only";
-  HostWsBatch b = make_batch(c, 43);
-  const int T = b.cu_seqlens.back();
-  const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
-  DeviceBatch d(b, o0);
-  WsDecodeArgs a = d.args(b);
-  a.rows_per_thread = 2;
-  ws_decode(a);
-  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint16_t> o_ref = o0;
-  ASSERT_TRUE(ws_decode_reference(b, o_ref).empty());
-  EXPECT_EQ(d.error_info.download(), std::vector<int32_t>(4, 0));
-  EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << "codes";
-  if (!b.scales.empty()) {
-    EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << "scales";
+  if (c.dk != 128) GTEST_SKIP() << "the persistent grid exists at d_k = 128 only";
+  for (const int blocks : {-1, 1, 3}) {
+    SCOPED_TRACE(blocks < 0 ? "one block per head"
+                            : "persistent grid of " + std::to_string(blocks) + " blocks");
+    HostWsBatch b = make_batch(c, 43);
+    const int T = b.cu_seqlens.back();
+    const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
+    DeviceBatch d(b, o0);
+    WsDecodeArgs a = d.args(b);
+    a.persistent = blocks > 0;
+    a.persistent_blocks = std::max(blocks, 0);
+    ws_decode(a);
+    STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o_ref = o0;
+    ASSERT_TRUE(ws_decode_reference(b, o_ref).empty());
+    EXPECT_EQ(d.error_info.download(), std::vector<int32_t>(4, 0));
+    EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << "codes";
+    if (!b.scales.empty()) {
+      EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << "scales";
+    }
+    EXPECT_EQ(first_difference(d.o.download(), o_ref), -1) << "outputs";
+    EXPECT_TRUE(d.guards_intact());
   }
-  EXPECT_EQ(first_difference(d.o.download(), o_ref), -1) << "outputs";
-  EXPECT_TRUE(d.guards_intact());
 }
 
 TEST_P(WsDecode, RepeatsItselfAndTwoLaunchesEqualTheReferenceTwice) {
@@ -418,7 +424,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, WsDecode, ::testing::ValuesIn(kCases), case_na
 
 class WsDecodeDevice : public GpuTest {};
 
-TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
+// A non-finite scale in one head of one sequence, launched on the given grid.
+void refuses_a_non_finite_state(bool persistent, int persistent_blocks) {
   Case c{"", 1, 3, 128, 128, GateKind::gdn, WorkingStateKind::int8, false, {1, 2, 1}};
   HostWsBatch b = make_batch(c, 11);
   // Slot of sequence 1, value head 2, key channel 5: an infinite scale decodes to +-Inf (or NaN
@@ -431,7 +438,9 @@ TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
   const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv,
                                  0x3F80);  // 1.0: finite, so a row left unwritten shows
   DeviceBatch d(b, o0);
-  ws_decode(d.args(b));
+  WsDecodeArgs a = d.args(b);
+  a.persistent = persistent, a.persistent_blocks = persistent_blocks;
+  ws_decode(a);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> o_ref = o0;
   const std::vector<WsRefusal> refused = ws_decode_reference(b, o_ref);
@@ -464,6 +473,15 @@ TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
   EXPECT_EQ(first_difference(g_rest, r_rest), -1);
   EXPECT_THROW(check_ws_decode_error(d.error_info.data()), Error);
   EXPECT_NO_THROW(check_ws_decode_error(d.error_info.data()));  // cleared by the first check
+}
+
+// On each grid: one block per head, the default persistent grid, and a persistent grid of one
+// block that refuses a head in the middle of its turn and goes on with the next ones.
+TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
+  for (const int blocks : {-1, 0, 1}) {
+    SCOPED_TRACE(blocks);
+    refuses_a_non_finite_state(blocks > -1, std::max(blocks, 0));
+  }
 }
 
 TEST_F(WsDecodeDevice, StartsFromAGivenFp32State) {
@@ -535,10 +553,8 @@ TEST(WsDecodeArguments, RejectsBadArguments) {
   a.format.kind = WorkingStateKind::int8_ef;
   EXPECT_THROW(ws_decode(a), Error);  // no kernel for error feedback
   a.format.kind = WorkingStateKind::int8;
-  a.rows_per_thread = 3;
-  EXPECT_THROW(ws_decode(a), Error);  // no such layout
-  a.rows_per_thread = 2, a.dk = 64;
-  EXPECT_THROW(ws_decode(a), Error);  // 2 rows per thread at d_k = 128 only
+  a.persistent_blocks = -1;
+  EXPECT_THROW(ws_decode(a), Error);  // negative grid size
 }
 
 // ---- the reference alone (no GPU) --------------------------------------------------------------
