@@ -361,9 +361,9 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
       "{:.1f} GB/s; write-only stream {:.1f} GB/s\n",
       device, copy_gbps, read_gbps, write_gbps);
   std::vector<Row> rows;
-  bench_codecs(m, o, timer, rows, repeats);
-  bench_recurrence(o, timer, rows, repeats);
-  bench_working_state(o, timer, rows, repeats);
+  if (o.bench_codec) bench_codecs(m, o, timer, rows, repeats);
+  if (o.bench_recurrence) bench_recurrence(o, timer, rows, repeats);
+  if (o.bench_ws) bench_working_state(o, timer, rows, repeats);
   time_same_size_copies(timer, rows, repeats);
   time_same_mix_streams(timer, rows, repeats);
 

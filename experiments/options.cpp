@@ -125,6 +125,7 @@ std::vector<std::string> experiment_option_names() {
           "codec",
           "chain-tokens",
           "chain-layers",
+          "bench-sections",
           "trace",
           "trace-bad-lines",
           "trace-max-tokens",
@@ -200,6 +201,7 @@ struct OptionText {
   std::string trace_bad_lines = "reject";
   std::string policy = "lru";
   std::string k_list;
+  std::string bench_sections = "codec,recurrence,ws";
 };
 
 struct OptionGroups {
@@ -253,6 +255,10 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
           "codec: decode steps after restore (0: 128, quick 32)");
   numeric("chain-tokens", po::value(&o.chain_tokens)->default_value(o.chain_tokens),
           "chain: tokens T");
+  numeric("bench-sections", po::value(&t.bench_sections)->default_value(t.bench_sections),
+          "bench --device cuda: comma list of the kernel sections timed (codec: checkpoint "
+          "store and load; recurrence: fp32 / bf16 state decode and prefill; ws: working-state "
+          "decode)");
   numeric("chain-layers", po::value(&o.chain_layers)->default_value(0),
           "chain: layers measured (0: all, quick 2)");
 
@@ -365,6 +371,24 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
                                        {{"reject", BadLines::reject}, {"skip", BadLines::skip}});
   o.policies = parse_policy_list(t.policy);
   o.k_list = parse_k_list(t.k_list);
+  {
+    o.bench_codec = o.bench_recurrence = o.bench_ws = false;
+    std::stringstream list(t.bench_sections);
+    std::string name;
+    int n = 0;
+    while (std::getline(list, name, ',')) {
+      if (name == "codec")
+        o.bench_codec = true;
+      else if (name == "recurrence")
+        o.bench_recurrence = true;
+      else if (name == "ws")
+        o.bench_ws = true;
+      else
+        fail("--bench-sections: '{}' is not a section (codec, recurrence, ws)", name);
+      ++n;
+    }
+    if (n == 0) fail("--bench-sections names no section (codec, recurrence, ws)");
+  }
   if (drive_given)
     o.drive = parse_drive(t.drive, t.states, t.inputs);
   else if (!t.states.empty())

@@ -119,7 +119,7 @@ std::vector<ExperimentEntry> make_registry() {
       run_bench, true,
       true,      K::state_numerics};
   // --drive inputs: bench --device cpu times the reference on the file's first layer.
-  bench.reads = join({{"seed", "quick", "drive", "inputs"}, dtypes});
+  bench.reads = join({{"seed", "quick", "drive", "inputs", "bench-sections"}, dtypes});
 
   // Not in the suite: it needs an inputs file with reference tensors (docs/real_models.md).
   ExperimentEntry reference{"reference",

@@ -294,16 +294,25 @@ class Capture:
             self.modules[idx] = module
             module.register_forward_pre_hook(lambda m, a, i=idx: setattr(self, "current", i))
             module.register_forward_hook(lambda m, a, o: setattr(self, "current", None))
+            # The kernel as the layer reaches it: an attribute of the layer or of its class (as
+            # transformers' use_kernelized_func attaches it; taken as bound, then shadowed by an
+            # instance attribute), or a function of the Python module of its class or of a base
+            # class (a layer that inherits its forward from another model's layer).
             for attr in KERNEL_NAMES:
                 fn = module.__dict__.get(attr)
-                if callable(fn):
-                    setattr(module, attr, self.wrap(fn))
-            pymod = sys.modules[type(module).__module__]
-            for attr in KERNEL_NAMES:
-                fn = getattr(pymod, attr, None)
+                if fn is None and hasattr(type(module), attr):
+                    fn = getattr(module, attr)
                 if callable(fn) and not getattr(fn, "_statecheck_capture", False):
-                    self.restore.append((pymod, attr, fn))
-                    setattr(pymod, attr, self.wrap(fn))
+                    setattr(module, attr, self.wrap(fn))
+            for cls in type(module).__mro__:
+                pymod = sys.modules.get(cls.__module__)
+                if pymod is None or not pymod.__name__.startswith(("transformers.", "fla.")):
+                    continue
+                for attr in KERNEL_NAMES:
+                    fn = getattr(pymod, attr, None)
+                    if callable(fn) and not getattr(fn, "_statecheck_capture", False):
+                        self.restore.append((pymod, attr, fn))
+                        setattr(pymod, attr, self.wrap(fn))
         if not self.modules:
             raise ExportError("the model has no linear-attention layers this exporter knows "
                               "(classes ending in GatedDeltaNet or DeltaAttention)")
@@ -618,10 +627,15 @@ def force_torch_recurrence(model):
     for module in model.modules():
         if not is_linear_attention(module):
             continue
-        pymod = sys.modules[type(module).__module__]
+        pymods = [sys.modules.get(cls.__module__) for cls in type(module).__mro__]
         for attr, torch_fn in (("chunk_gated_delta_rule", "torch_chunk_gated_delta_rule"),
-                               ("recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule")):
-            if attr in module.__dict__ and hasattr(pymod, torch_fn):
+                               ("recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
+                               ("chunk_kda", "torch_chunk_kda"),
+                               ("recurrent_kda", "torch_recurrent_kda")):
+            if attr not in module.__dict__ and not hasattr(type(module), attr):
+                continue
+            pymod = next((m for m in pymods if m is not None and hasattr(m, torch_fn)), None)
+            if pymod is not None:
                 setattr(module, attr, getattr(pymod, torch_fn))
 
 

@@ -6,11 +6,12 @@
 // row group rg for the 256 threads of d_v = 128). Row sums are 3-step butterflies over the 8 lanes;
 // the column amax is a 2-step butterfly over the warp's row groups, then one thread per column
 // reduces the warps' partial maxima from shared memory and forms the scale once. Two barriers per
-// token; the shared arrays are double-buffered across tokens, so no third is needed. At d_k = 128
-// a persistent grid (as many blocks as are resident) takes the heads in turn and stages the next
-// head's codes and scales into shared memory by asynchronous copies while it computes the current
-// one, so a head's loads overlap the arithmetic of the one before. The order of every fp32
-// rounding is written out in ws_decode_reference.h, which repeats it on the host.
+// token; the shared arrays are double-buffered across tokens, so no third is needed. On request
+// (WsDecodeArgs::persistent, d_k = 128) a persistent grid of resident blocks takes the heads in
+// turn and stages the next head's codes and scales into shared memory by asynchronous copies
+// while it computes the current one, so a head's loads overlap the arithmetic of the one before.
+// The order of every fp32 rounding is written out in ws_decode_reference.h, which repeats it on
+// the host.
 #include "kernels/working_state/ws_decode.h"
 
 #include <algorithm>
