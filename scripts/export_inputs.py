@@ -412,14 +412,31 @@ class Capture:
         return rec
 
 
-def collect(records, layers):
+def kernel_candidates(module):
+    """Names on a linear-attention layer (instance or class) that look like a recurrence kernel,
+    with what they are: what a capture that found no call should have wrapped."""
+    words = ("kda", "delta", "chunk", "recurrent", "kernel")
+    out = []
+    for n in sorted(dir(module)):
+        if n.startswith("__") or not any(w in n.lower() for w in words):
+            continue
+        where = "instance" if n in module.__dict__ else "class"
+        out.append(f"{n} ({where}: {type(getattr(module, n, None)).__name__})")
+    return ", ".join(out) or "none"
+
+
+def collect(records, layers, modules=None):
     """Turns one capture per layer into the file's tensors and metadata."""
     tensors, kinds = {}, set()
     for i in layers:
         calls = records.get(i, [])
         if len(calls) != 1:
+            seen = ""
+            if modules and i in modules:
+                seen = (f"; {type(modules[i]).__name__} has {kernel_candidates(modules[i])}")
             raise ExportError(f"layer {i}: {len(calls)} recurrence calls captured in one forward "
-                              f"pass (expected 1; is its kernel one of {', '.join(KERNEL_NAMES)}?)")
+                              f"pass (expected 1; is its kernel one of {', '.join(KERNEL_NAMES)}?"
+                              f"{seen})")
         r = calls[0]
         kinds.add((r["gate"], r["qk_l2norm_in_kernel"], r["scale"], r["kernel"]))
         for n in LAYER_TENSORS:
@@ -515,7 +532,7 @@ def export(model, input_ids, out_dir, name, source, extra_meta, torch):
     finally:
         capture.close()
     layers = sorted(capture.modules)
-    tensors, gate, l2, scale, kernels = collect(capture.records, layers)
+    tensors, gate, l2, scale, kernels = collect(capture.records, layers, capture.modules)
     meta = metadata_for(gate, l2, scale, dict(extra_meta, kernels=",".join(kernels)))
     os.makedirs(out_dir, exist_ok=True)
     inputs = os.path.join(out_dir, "inputs.safetensors")
