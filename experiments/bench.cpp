@@ -191,7 +191,11 @@ void cpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
 }  // namespace
 
 void run_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& summary) {
-  if (o.device == Device::cpu) return cpu_bench(o, m, file, summary);
+  if (o.device == Device::cpu) {
+    if (!o.bench_codec || !o.bench_recurrence || !o.bench_ws)
+      fail("--bench-sections chooses among the CUDA kernels: it needs --device cuda");
+    return cpu_bench(o, m, file, summary);
+  }
   if (o.drive && o.drive->kind == DriveKind::inputs)
     fmt::print(
         "bench: --device cuda times synthetic inputs of the model's shapes; --drive inputs "

@@ -113,41 +113,15 @@ uint64_t parse_seed(const std::string& text) {
 }
 
 std::vector<std::string> experiment_option_names() {
-  return {"seed",
-          "threads",
-          "quick",
-          "drive",
-          "states",
-          "states-key",
-          "inputs",
-          "prefill",
-          "decode",
-          "codec",
-          "chain-tokens",
-          "chain-layers",
-          "bench-sections",
-          "trace",
-          "trace-bad-lines",
-          "trace-max-tokens",
-          "active-slots",
-          "ckpt-slots",
-          "strategy",
-          "temporal-dtype",
-          "scale-dtype",
-          "conv-dtype",
-          "gpu-mem-gib",
-          "mem-fraction",
-          "weights-gib",
-          "compare-shipped",
-          "no-payload",
-          "chunk-granularity",
-          "track-interval",
-          "chunked-prefill",
-          "max-running",
-          "policy",
-          "k-list",
-          "budget-sweep",
-          "page-size"};
+  return {"seed",           "threads",         "quick",           "drive",
+          "states",         "states-key",      "inputs",          "prefill",
+          "decode",         "codec",           "chain-tokens",    "chain-layers",
+          "bench-sections", "trace",           "trace-bad-lines", "trace-max-tokens",
+          "active-slots",   "ckpt-slots",      "strategy",        "temporal-dtype",
+          "scale-dtype",    "conv-dtype",      "gpu-mem-gib",     "mem-fraction",
+          "weights-gib",    "compare-shipped", "no-payload",      "chunk-granularity",
+          "track-interval", "chunked-prefill", "max-running",     "policy",
+          "k-list",         "budget-sweep",    "page-size"};
 }
 
 void reset_option(Options& o, const std::string& option) {
@@ -376,8 +350,12 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
     std::stringstream list(t.bench_sections);
     std::string name;
     int n = 0;
+    if (!t.bench_sections.empty() && t.bench_sections.back() == ',')
+      fail("--bench-sections '{}': an empty section name", t.bench_sections);
     while (std::getline(list, name, ',')) {
-      if (name == "codec")
+      if (name.empty())
+        fail("--bench-sections '{}': an empty section name", t.bench_sections);
+      else if (name == "codec")
         o.bench_codec = true;
       else if (name == "recurrence")
         o.bench_recurrence = true;

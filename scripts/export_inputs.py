@@ -281,7 +281,9 @@ class Capture:
         self.torch, self.current, self.inside = torch, None, False
         self.records = {}  # decoder layer index -> list of per-call dicts
         self.modules = {}
-        self.restore = []
+        self.restore = []  # (Python module, name, function) replaced by a wrapper
+        self.shadowed = []  # (layer, name, had its own attribute, that attribute)
+        self.hooks = []
         for name, module in model.named_modules():
             if not is_linear_attention(module):
                 continue
@@ -292,21 +294,25 @@ class Capture:
                            if parts[j] == "layers" and parts[j + 1].isdigit())
             idx = int(idx)
             self.modules[idx] = module
-            module.register_forward_pre_hook(lambda m, a, i=idx: setattr(self, "current", i))
-            module.register_forward_hook(lambda m, a, o: setattr(self, "current", None))
-            # The kernel as the layer reaches it: an attribute of the layer or of its class (as
-            # transformers' use_kernelized_func attaches it; taken as bound, then shadowed by an
-            # instance attribute), or a function of the Python module of its class or of a base
-            # class (a layer that inherits its forward from another model's layer).
+            self.hooks.append(module.register_forward_pre_hook(
+                lambda m, a, i=idx: setattr(self, "current", i)))
+            self.hooks.append(module.register_forward_hook(
+                lambda m, a, o: setattr(self, "current", None)))
+            # The kernel as the layer reaches it: an attribute of the layer, however it resolves
+            # (its own, its class's taken as bound, or one served by the module's __getattr__, as
+            # transformers' use_kernelized_func keeps it in _hidden_kernels), shadowed by an
+            # instance attribute; or a function of the Python module of the layer's class or of a
+            # base class from transformers or fla (a layer that inherits another model's forward).
             for attr in KERNEL_NAMES:
-                fn = module.__dict__.get(attr)
-                if fn is None and hasattr(type(module), attr):
-                    fn = getattr(module, attr)
+                fn = getattr(module, attr, None)
                 if callable(fn) and not getattr(fn, "_statecheck_capture", False):
-                    setattr(module, attr, self.wrap(fn))
+                    self.shadowed.append((module, attr, attr in module.__dict__,
+                                          module.__dict__.get(attr)))
+                    object.__setattr__(module, attr, self.wrap(fn))
             for cls in type(module).__mro__:
                 pymod = sys.modules.get(cls.__module__)
-                if pymod is None or not pymod.__name__.startswith(("transformers.", "fla.")):
+                if pymod is None or (cls is not type(module) and not pymod.__name__.startswith(
+                        ("transformers.", "fla."))):
                     continue
                 for attr in KERNEL_NAMES:
                     fn = getattr(pymod, attr, None)
@@ -318,8 +324,17 @@ class Capture:
                               "(classes ending in GatedDeltaNet or DeltaAttention)")
 
     def close(self):
+        """Puts back every function and attribute the capture replaced and removes its hooks."""
         for pymod, attr, fn in self.restore:
             setattr(pymod, attr, fn)
+        for module, attr, had, old in self.shadowed:
+            if had:
+                object.__setattr__(module, attr, old)
+            else:
+                object.__delattr__(module, attr)
+        for h in self.hooks:
+            h.remove()
+        self.restore, self.shadowed, self.hooks = [], [], []
 
     def wrap(self, fn):
         def captured(*args, **kwargs):
@@ -337,7 +352,7 @@ class Capture:
                 elif alias.get(n) in kwargs:
                     x[n] = kwargs[alias[n]]
                 else:
-                    raise ExportError(f"layer {layer}: {fn.__name__} was called without '{n}'")
+                    raise ExportError(f"layer {layer}: {kernel_name(fn)} was called without '{n}'")
             asked_final = bool(kwargs.get("output_final_state", False))
             kwargs["output_final_state"] = True
             initial = kwargs.get("initial_state")
@@ -385,7 +400,7 @@ class Capture:
                                   f"{H} key heads")
             q, k = q1, k1
         if state is None:
-            raise ExportError(f"layer {layer}: {fn.__name__} returned no final state although "
+            raise ExportError(f"layer {layer}: {kernel_name(fn)} returned no final state although "
                               f"output_final_state=True was passed")
         # Final states come as [N, HV, d_k, d_v] unless state_v_first; statecheck keeps
         # [N, HV, d_v, d_k].
@@ -401,7 +416,7 @@ class Capture:
         rec = {"q": f32(q), "k": f32(k), "v": f32(v), "g": f32(g), "beta": f32(beta),
                "o": f32(o), "final_state": f32(final),
                "qk_l2norm_in_kernel": bool(kwargs.get("use_qk_l2norm_in_kernel", False)),
-               "scale": float(scale), "kernel": fn.__name__,
+               "scale": float(scale), "kernel": kernel_name(fn),
                "gate": "kda" if g.dim() == 4 else "gdn"}
         if init is not None:
             rec["initial_state"] = f32(init)
@@ -412,6 +427,11 @@ class Capture:
         return rec
 
 
+def kernel_name(fn):
+    """A kernel's name: its function name, or the class of a callable object (a hub kernel)."""
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
 def kernel_candidates(module):
     """Names on a linear-attention layer (instance or class) that look like a recurrence kernel,
     with what they are: what a capture that found no call should have wrapped."""
@@ -420,8 +440,12 @@ def kernel_candidates(module):
     for n in sorted(dir(module)):
         if n.startswith("__") or not any(w in n.lower() for w in words):
             continue
-        where = "instance" if n in module.__dict__ else "class"
-        out.append(f"{n} ({where}: {type(getattr(module, n, None)).__name__})")
+        where = "instance" if n in module.__dict__ else "class or __getattr__"
+        try:
+            kind = type(getattr(module, n, None)).__name__
+        except Exception as e:  # a property that fails is reported, not raised
+            kind = f"unreadable: {type(e).__name__}"
+        out.append(f"{n} ({where}: {kind})")
     return ", ".join(out) or "none"
 
 
@@ -649,11 +673,13 @@ def force_torch_recurrence(model):
                                ("recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
                                ("chunk_kda", "torch_chunk_kda"),
                                ("recurrent_kda", "torch_recurrent_kda")):
-            if attr not in module.__dict__ and not hasattr(type(module), attr):
+            if not hasattr(module, attr):
                 continue
             pymod = next((m for m in pymods if m is not None and hasattr(m, torch_fn)), None)
+            # None: the layer keeps its kernel, which with fla blocked is transformers' own
+            # fallback to the same PyTorch recurrence.
             if pymod is not None:
-                setattr(module, attr, getattr(pymod, torch_fn))
+                object.__setattr__(module, attr, getattr(pymod, torch_fn))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 // transaction barriers (PTX mbarrier) that signal their completion. sm_90 and later (PTX ISA 8.0:
 // mbarrier expect_tx, cp.async.bulk, cp.async.bulk.commit_group / wait_group,
 // fence.proxy.async). Addresses are 16-byte aligned and sizes multiples of 16 bytes, at most
-// 2^20 - 1; the callers guarantee both.
+// 2^20 - 1; the callers guarantee both. Also the per-thread asynchronous copies of sm_80
+// (cp.async, 16 bytes each), at the end of the file.
 //
 // Loading (global -> shared): thread 0 calls init_copy_barrier, the block synchronises, thread 0
 // calls bulk_copy_to_shared, and every thread that reads the data calls wait_copy_barrier with the

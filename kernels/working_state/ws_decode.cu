@@ -28,6 +28,7 @@
 #include "kernels/codec/rounding.cuh"
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/device.h"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_step_math.h"
 
@@ -37,7 +38,8 @@ namespace {
 // The decode of one (sequence, value head) by the whole block: RPT = 4 rows per thread (256
 // threads at d_v = 128, two blocks per SM). `src_codes` points to the head's stored codes
 // ([d_v, d_k] in the store's element size) and `src_scales` to its d_k column scales (fp32 or
-// bf16): the slot in the pool, or the block's shared-memory copy of it (ws_decode_persistent);
+// bf16): the slot in the pool, or the block's shared-memory copy of it
+// (ws_decode_persistent_kernel);
 // the results are written to the slot in the pool. `smem` holds the block's reduction arrays.
 template <Store ST, int CPL, bool KDA, bool SR, int RPT>
 __device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, float* smem,
@@ -325,9 +327,11 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2)
     commit_async_copies();
     wait_async_copies<1>();  // this thread's copies of `item` have landed
     __syncthreads();         // and every thread's (the scales are read by all)
-    // The ring entry `buf` is written again two items later, by a stage issued after this head's
-    // barriers (decode_head synchronises at least twice after reading the scales; each thread's
-    // codes are its own), so no barrier is needed after the head.
+    // The ring entry `buf` is written again two items later, by a stage issued after at least one
+    // barrier of this head that follows its reads of the scales (decode_head's __syncthreads_or;
+    // a head without tokens reads nothing), and each thread's codes are its own, so no barrier is
+    // needed after the head. The barrier above also keeps this head's writes to the reduction
+    // arrays after every thread's reads of them for the head before.
     const int seq = item / p.HV, h = item - seq * p.HV;
     decode_head<ST, CPL, KDA, SR, 4>(p, seq, h, smem, ring_codes + buf * p.dv * p.dk * EB,
                                      ring_scales + buf * scale_bytes);
@@ -375,29 +379,6 @@ int block_threads(int dv) {
   return (threads + 31) / 32 * 32;
 }
 
-// The persistent kernel's largest shared memory (d_v = 128, fp32 scales) and the size of its grid:
-// the blocks that fit on the device at that size, all resident at once. Set up once per kernel
-// instantiation (the first launch's device).
-template <Store ST, int CPL, bool KDA, bool SR>
-int persistent_grid() {
-  static const int grid = [] {
-    constexpr int EB = ST == Store::bf16 ? 2 : 1;
-    constexpr int threads = kLanesPerRow * kMaxDv / 4;
-    const size_t shared = (2 * (threads / 32) * 8 * CPL + 4 * 8 * CPL) * sizeof(float) +
-                          2 * (static_cast<size_t>(kMaxDv) * 8 * CPL * EB + 8 * CPL * 4);
-    const auto kernel = ws_decode_persistent_kernel<ST, CPL, KDA, SR>;
-    STATECHECK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(shared)));
-    int dev = 0, sms = 0, per_sm = 0;
-    STATECHECK_CUDA_CHECK(cudaGetDevice(&dev));
-    STATECHECK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    STATECHECK_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
-    return std::max(1, per_sm) * sms;
-  }();
-  return grid;
-}
-
 template <Store ST, int CPL, bool KDA, bool SR>
 void launch_variant(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
   const int threads = block_threads(a.dv);
@@ -407,11 +388,16 @@ void launch_variant(const WsDecodeArgs& a, const WsParams& p, cudaStream_t strea
     const size_t ring = 2 * (static_cast<size_t>(a.dv) * a.dk * EB +
                              (ST == Store::bf16 ? 0 : a.dk * (p.bf16_scale ? 2 : 4)));
     const int items = a.num_seqs * a.HV;
-    const int resident = persistent_grid<ST, CPL, KDA, SR>();
+    const size_t shared = reduction * sizeof(float) + ring;
+    // The blocks resident at once on this device at this size (raises the kernel's shared-memory
+    // limit where the size needs it; cached per device, kernel and size).
+    const int resident = std::max(
+        1, resident_blocks(
+               reinterpret_cast<const void*>(&ws_decode_persistent_kernel<ST, CPL, KDA, SR>),
+               threads, shared));
     const int grid = std::min(
         items, a.persistent_blocks > 0 ? std::min(a.persistent_blocks, resident) : resident);
-    ws_decode_persistent_kernel<ST, CPL, KDA, SR>
-        <<<grid, threads, reduction * sizeof(float) + ring, stream>>>(p, reduction);
+    ws_decode_persistent_kernel<ST, CPL, KDA, SR><<<grid, threads, shared, stream>>>(p, reduction);
   } else {
     ws_decode_kernel<ST, CPL, KDA, SR>
         <<<dim3(a.num_seqs, a.HV), threads, reduction * sizeof(float), stream>>>(p);

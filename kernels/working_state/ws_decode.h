@@ -6,11 +6,11 @@
 // One launch advances num_seqs sequences, each by its own number of tokens (decode: 1; recurrent
 // prefill or speculative verify: T_s tokens through cu_seqlens), in place in pool slot
 // slot_ids[s]. Per token t of sequence s and value head h (key head h / (HV / H)):
-//   S_prev = decode(stored)                      fp32 [d_v, d_k]: code * scale_j, or the bf16 value
-//   q, k  <- L2-normalised over d_k (if qk_l2norm; epsilon 1e-6 inside the square root), q * scale
-//   S     <- S_prev * exp(g)                     GDN: scalar g[t, h]; KDA: column j by exp(g[t, h,
-//   j]) S     <- S + beta (v - S k) k^T ;  o_t = S q (from the fp32 S, before storage) stored =
-//   encode(S)                           scale_j = ws_column_scale(max_i |S[i, j]|), codes
+//   S_prev = decode(stored)      fp32 [d_v, d_k]: code * scale_j, or the bf16 value
+//   q, k   <- L2-normalised over d_k (qk_l2norm; epsilon 1e-6 inside the square root), q * scale
+//   S      <- S_prev * exp(g)    GDN: scalar g[t, h]; KDA: column j by exp(g[t, h, j])
+//   S      <- S + beta (v - S k) k^T;  o_t = S q (from the fp32 S, before storage)
+//   stored  = encode(S)          scale_j = ws_column_scale(max_i |S[i, j]|), codes
 // with the element codecs of core/working_state/element_codec.h, and the stochastic roundings'
 // words from Philox4x32-10 keyed by (seed, layer, h) at counter (element / 4, position, sequence,
 // 0), element = i * d_k + j, position = positions[s] + (t - cu_seqlens[s]), sequence =
@@ -86,9 +86,8 @@ struct WsDecodeArgs {
   // The grid: false (the default), one block per (sequence, value head); true, at d_k = 128
   // without init_state, a persistent grid of resident blocks, each taking heads in turn and
   // loading the next head's codes and scales into shared memory while it computes the current one
-  // (other launches take the former). The same bits either way: the grid enters no rounding. The
-  // persistent grid passes the GPU tests and sanitizers (run 19) but its speed is not yet
-  // measured (docs/gpu.md), so it is not the default.
+  // (other launches take the former). The same bits either way: the grid enters no rounding
+  // (docs/gpu.md says which is faster).
   bool persistent = false;
   // Blocks of the persistent grid: 0, as many as are resident on the device at once; n > 0, at
   // most n (a block then takes more heads in turn, e.g. to test that path on small launches).

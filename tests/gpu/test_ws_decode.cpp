@@ -418,6 +418,26 @@ const std::vector<Case> kCases = {
      WorkingStateKind::bf16,
      false,
      {1, 1}},
+    // bf16 scales at d_k = 128 (256 bytes of scales per head) with d_v below the block's rows,
+    // a sequence without tokens among them.
+    {"int8_bf16scale_gdn_H2_HV6_dk128_dv100_mixed",
+     2,
+     6,
+     128,
+     100,
+     GateKind::gdn,
+     WorkingStateKind::int8,
+     true,
+     {1, 0, 3, 1}},
+    {"fp8_kda_H2_HV2_dk128_dv72_mixed",
+     2,
+     2,
+     128,
+     72,
+     GateKind::kda,
+     WorkingStateKind::fp8_e4m3,
+     false,
+     {2, 1, 0}},
 };
 
 INSTANTIATE_TEST_SUITE_P(Formats, WsDecode, ::testing::ValuesIn(kCases), case_name);
