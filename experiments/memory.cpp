@@ -2,8 +2,8 @@
 // (docs/cache_model.md; formulas in core/memory/memory_budget.h).
 //
 // For the selected model (--model, --tp, dtypes) and pool sizes (--active-slots A, --ckpt-slots C,
-// absent: 2A) it reports the active and checkpoint pools in bytes and GiB (2^30; engines print these as
-// "GB"), per part (temporal, scales, conv), and the KV-token budget of --gpu-mem-gib x
+// absent: 2A) it reports the active and checkpoint pools in bytes and GiB (2^30; engines print
+// these as "GB"), per part (temporal, scales, conv), and the KV-token budget of --gpu-mem-gib x
 // --mem-fraction - weights under the engine's accounting (checkpoint pool and slot 0 not
 // subtracted) and the correct one, side by side. The table's first row (and the plot's first
 // bars) is the model and TP asked for (a shipped name, a config file or a folder); with
