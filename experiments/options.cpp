@@ -345,27 +345,23 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
                                        {{"reject", BadLines::reject}, {"skip", BadLines::skip}});
   o.policies = parse_policy_list(t.policy);
   o.k_list = parse_k_list(t.k_list);
-  {
-    o.bench_codec = o.bench_recurrence = o.bench_ws = false;
-    std::stringstream list(t.bench_sections);
-    std::string name;
-    int n = 0;
-    if (!t.bench_sections.empty() && t.bench_sections.back() == ',')
+  o.bench_codec = o.bench_recurrence = o.bench_ws = false;
+  for (size_t start = 0;;) {
+    const size_t comma = t.bench_sections.find(',', start);
+    const std::string name = t.bench_sections.substr(
+        start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name == "codec")
+      o.bench_codec = true;
+    else if (name == "recurrence")
+      o.bench_recurrence = true;
+    else if (name == "ws")
+      o.bench_ws = true;
+    else if (name.empty())
       fail("--bench-sections '{}': an empty section name", t.bench_sections);
-    while (std::getline(list, name, ',')) {
-      if (name.empty())
-        fail("--bench-sections '{}': an empty section name", t.bench_sections);
-      else if (name == "codec")
-        o.bench_codec = true;
-      else if (name == "recurrence")
-        o.bench_recurrence = true;
-      else if (name == "ws")
-        o.bench_ws = true;
-      else
-        fail("--bench-sections: '{}' is not a section (codec, recurrence, ws)", name);
-      ++n;
-    }
-    if (n == 0) fail("--bench-sections names no section (codec, recurrence, ws)");
+    else
+      fail("--bench-sections: '{}' is not a section (codec, recurrence, ws)", name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
   }
   if (drive_given)
     o.drive = parse_drive(t.drive, t.states, t.inputs);

@@ -274,6 +274,20 @@ def full_fp32_precision(torch):
     torch.backends.cudnn.allow_tf32 = False
 
 
+def kernel_modules(module):
+    """The Python modules where a linear-attention layer's kernels may live: that of its class, then
+    those of its base classes from transformers or fla (a layer that inherits another model's
+    forward)."""
+    out = []
+    for cls in type(module).__mro__:
+        pymod = sys.modules.get(cls.__module__)
+        if pymod is None or pymod in out:
+            continue
+        if cls is type(module) or pymod.__name__.startswith(("transformers.", "fla.")):
+            out.append(pymod)
+    return out
+
+
 class Capture:
     """Forward hooks mark which layer runs; the wrapped kernels record what it consumed."""
 
@@ -309,11 +323,7 @@ class Capture:
                     self.shadowed.append((module, attr, attr in module.__dict__,
                                           module.__dict__.get(attr)))
                     object.__setattr__(module, attr, self.wrap(fn))
-            for cls in type(module).__mro__:
-                pymod = sys.modules.get(cls.__module__)
-                if pymod is None or (cls is not type(module) and not pymod.__name__.startswith(
-                        ("transformers.", "fla."))):
-                    continue
+            for pymod in kernel_modules(module):
                 for attr in KERNEL_NAMES:
                     fn = getattr(pymod, attr, None)
                     if callable(fn) and not getattr(fn, "_statecheck_capture", False):
@@ -668,14 +678,14 @@ def force_torch_recurrence(model):
     for module in model.modules():
         if not is_linear_attention(module):
             continue
-        pymods = [sys.modules.get(cls.__module__) for cls in type(module).__mro__]
+        pymods = kernel_modules(module)
         for attr, torch_fn in (("chunk_gated_delta_rule", "torch_chunk_gated_delta_rule"),
                                ("recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
                                ("chunk_kda", "torch_chunk_kda"),
                                ("recurrent_kda", "torch_recurrent_kda")):
             if not hasattr(module, attr):
                 continue
-            pymod = next((m for m in pymods if m is not None and hasattr(m, torch_fn)), None)
+            pymod = next((m for m in pymods if hasattr(m, torch_fn)), None)
             # None: the layer keeps its kernel, which with fla blocked is transformers' own
             # fallback to the same PyTorch recurrence.
             if pymod is not None:

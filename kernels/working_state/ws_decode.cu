@@ -262,10 +262,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
   const int seq = blockIdx.x, h = blockIdx.y;
   const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
   const void* scales =
-      ST == Store::bf16 ? nullptr
-      : p.bf16_scale
-          ? static_cast<const void*>(static_cast<const uint16_t*>(p.scales) + head * p.dk)
-          : static_cast<const void*>(static_cast<const float*>(p.scales) + head * p.dk);
+      static_cast<const uint8_t*>(p.scales) + head * head_scale_bytes<ST>(p.dk, p.bf16_scale);
   decode_head<ST, CPL, KDA, SR, 4>(p, seq, h, smem, p.codes + head * p.dv * p.dk * EB, scales);
 }
 
@@ -296,7 +293,7 @@ __device__ __forceinline__ void stage_head(const WsParams& p, int item, uint8_t*
     }
   }
   if constexpr (ST != Store::bf16) {
-    const int scale_bytes = dk * (p.bf16_scale ? 2 : 4);
+    const int scale_bytes = head_scale_bytes<ST>(dk, p.bf16_scale);
     const uint8_t* ssrc = static_cast<const uint8_t*>(p.scales) + head * scale_bytes;
     for (int b = 16 * threadIdx.x; b < scale_bytes; b += 16 * blockDim.x)
       copy16_async(ring_scales + buf * scale_bytes + b, ssrc + b);
@@ -315,7 +312,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2)
   extern __shared__ __align__(16) float smem[];
   uint8_t* ring_codes = reinterpret_cast<uint8_t*>(smem + reduction_floats);
   uint8_t* ring_scales = ring_codes + 2 * p.dv * p.dk * EB;
-  const int scale_bytes = ST == Store::bf16 ? 0 : p.dk * (p.bf16_scale ? 2 : 4);
+  const int scale_bytes = head_scale_bytes<ST>(p.dk, p.bf16_scale);
   const int items = p.num_seqs * p.HV;
   int item = blockIdx.x;
   if (item < items) stage_head<ST, CPL>(p, item, ring_codes, ring_scales, 0);
@@ -385,8 +382,8 @@ void launch_variant(const WsDecodeArgs& a, const WsParams& p, cudaStream_t strea
   const int reduction = 2 * (threads / 32) * a.dk + 4 * a.dk;  // floats
   if (CPL == 16 && a.persistent && !a.init_state) {
     constexpr int EB = ST == Store::bf16 ? 2 : 1;
-    const size_t ring = 2 * (static_cast<size_t>(a.dv) * a.dk * EB +
-                             (ST == Store::bf16 ? 0 : a.dk * (p.bf16_scale ? 2 : 4)));
+    const size_t ring =
+        2 * (static_cast<size_t>(a.dv) * a.dk * EB + head_scale_bytes<ST>(a.dk, p.bf16_scale));
     const int items = a.num_seqs * a.HV;
     const size_t shared = reduction * sizeof(float) + ring;
     // The blocks resident at once on this device at this size (raises the kernel's shared-memory

@@ -47,6 +47,12 @@ struct WsParams {
   const float* init_state;
 };
 
+// Bytes of one head's column scales: d_k fp32 or bf16 values; none for the bf16 stores.
+template <Store ST>
+__host__ __device__ __forceinline__ int head_scale_bytes(int dk, bool bf16_scale) {
+  return ST == Store::bf16 ? 0 : dk * (bf16_scale ? 2 : 4);
+}
+
 __device__ __forceinline__ float bf16_value(uint32_t bits16) {
   return __uint_as_float(bits16 << 16);
 }
