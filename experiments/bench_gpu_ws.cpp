@@ -28,8 +28,15 @@ void bench_working_state(const Options& o, GpuTimer& timer, std::vector<Row>& ro
   const WorkingStateKind kinds[] = {WorkingStateKind::int8, WorkingStateKind::int8_sr,
                                     WorkingStateKind::fp8_e4m3, WorkingStateKind::fp8_e4m3_sr,
                                     WorkingStateKind::bf16_sr};
+  const int max_slots = batches.back() + 1;
   for (const DecodeShape& sh : {DecodeShape{"gdn_H16_HV32", 16, 32, GateKind::gdn},
                                 DecodeShape{"kda_H32_HV32", 32, 32, GateKind::kda}}) {
+    // The stored states: states of 0.06 rms, drawn once per shape for the largest batch's slots and
+    // stored in each format (the first B + 1 slots for batch B).
+    const size_t slot_elems = static_cast<size_t>(sh.HV) * dv * dk;
+    std::vector<float> states(static_cast<size_t>(max_slots) * slot_elems);
+    Rng rng(mix_seed(o.seed, 11));
+    for (float& x : states) x = static_cast<float>(0.06 * rng.normal());
     for (WorkingStateKind kind : kinds) {
       for (const int B : batches) {
         HostWsBatch hb;
@@ -37,15 +44,11 @@ void bench_working_state(const Options& o, GpuTimer& timer, std::vector<Row>& ro
         hb.format.kind = kind;
         hb.seed = o.seed;
         const int64_t slots = B + 1;
-        const size_t slot_elems = static_cast<size_t>(sh.HV) * dv * dk;
-        // The stored states: states of 0.06 rms stored in the format by the reference encode
-        // (a zero-token run would leave them; one token from a zero state gives real codes).
-        Rng rng(mix_seed(o.seed, 11));
         const int cb = ws_code_bytes(hb.format), sb = ws_scale_bytes(hb.format);
         hb.codes.resize(slots * slot_elems * cb);
         hb.scales.resize(static_cast<size_t>(slots) * sh.HV * dk * sb);
         for (size_t e = 0; e < slots * slot_elems; ++e) {
-          const float x = static_cast<float>(0.06 * rng.normal());
+          const float x = states[e];
           if (cb == 2) {
             const uint16_t bits = bf16_bits_from_float(x);
             std::memcpy(hb.codes.data() + 2 * e, &bits, 2);
@@ -87,62 +90,49 @@ void bench_working_state(const Options& o, GpuTimer& timer, std::vector<Row>& ro
         a.slot_ids = d_ids.data(), a.cu_seqlens = d_cu.data(), a.seed = hb.seed;
         a.q = d_q.data(), a.k = d_k.data(), a.v = d_v.data(), a.g = d_g.data(),
         a.beta = d_beta.data(), a.o = d_o.data(), a.error_info = d_err.data();
-        // Both grids of the kernel at d_k = 128 (one block per head, and persistent) at the
-        // largest batch, each checked bit for bit against the CPU reference from the same stored
-        // states first.
-        const std::vector<bool> grids = B == batches.back() && dk == 128
-                                            ? std::vector<bool>{false, true}
-                                            : std::vector<bool>{false};
-        for (const bool persistent : grids) {
-          d_codes.upload(hb.codes);
-          d_scales.upload(hb.scales);
-          d_o.fill_bytes(0xFF);
-          a.persistent = persistent;
-          ws_decode(a);
-          check_ws_decode_error(d_err.data());
-          {
-            const int nv = std::min(B, 8);
-            HostWsBatch check = hb;
-            check.slot_ids.resize(nv);
-            check.cu_seqlens.resize(nv + 1);
-            // The first nv sequences hold the first nv tokens (one token each).
-            check.q.resize(static_cast<size_t>(nv) * sh.H * dk);
-            check.k.resize(check.q.size());
-            check.v.resize(static_cast<size_t>(nv) * sh.HV * dv);
-            check.g.resize(static_cast<size_t>(nv) * sh.HV * (sh.gate == GateKind::kda ? dk : 1));
-            check.beta.resize(static_cast<size_t>(nv) * sh.HV);
-            std::vector<uint16_t> o_ref(static_cast<size_t>(nv) * sh.HV * dv, 0xFFFF);
-            if (!ws_decode_reference(check, o_ref).empty())
-              fail("bench: the working-state reference refused a head: no speed reported");
-            const std::vector<uint16_t> o_gpu = d_o.download();
-            const std::vector<uint8_t> codes = d_codes.download(), scales = d_scales.download();
-            bool same = std::equal(o_ref.begin(), o_ref.end(), o_gpu.begin());
-            for (int n = 0; n < nv; ++n) {
-              const size_t cs = slot_elems * cb, ss = static_cast<size_t>(sh.HV) * dk * sb;
-              const size_t s = check.slot_ids[n];
-              same = same &&
-                     std::memcmp(codes.data() + s * cs, check.codes.data() + s * cs, cs) == 0 &&
-                     (ss == 0 ||
-                      std::memcmp(scales.data() + s * ss, check.scales.data() + s * ss, ss) == 0);
-            }
-            if (!same)
-              fail(
-                  "bench: ws_decode {} {} B {} differs from the CPU reference bit for bit: no "
-                  "speed "
-                  "reported",
-                  sh.name, hb.format.name(), B);
+        // Checked bit for bit against the CPU reference from the same stored states first.
+        ws_decode(a);
+        check_ws_decode_error(d_err.data());
+        {
+          const int nv = std::min(B, 8);
+          HostWsBatch check = hb;
+          check.slot_ids.resize(nv);
+          check.cu_seqlens.resize(nv + 1);
+          // The first nv sequences hold the first nv tokens (one token each).
+          check.q.resize(static_cast<size_t>(nv) * sh.H * dk);
+          check.k.resize(check.q.size());
+          check.v.resize(static_cast<size_t>(nv) * sh.HV * dv);
+          check.g.resize(static_cast<size_t>(nv) * sh.HV * (sh.gate == GateKind::kda ? dk : 1));
+          check.beta.resize(static_cast<size_t>(nv) * sh.HV);
+          std::vector<uint16_t> o_ref(static_cast<size_t>(nv) * sh.HV * dv, 0xFFFF);
+          if (!ws_decode_reference(check, o_ref).empty())
+            fail("bench: the working-state reference refused a head: no speed reported");
+          const std::vector<uint16_t> o_gpu = d_o.download();
+          const std::vector<uint8_t> codes = d_codes.download(), scales = d_scales.download();
+          bool same = std::equal(o_ref.begin(), o_ref.end(), o_gpu.begin());
+          for (int n = 0; n < nv; ++n) {
+            const size_t cs = slot_elems * cb, ss = static_cast<size_t>(sh.HV) * dk * sb;
+            const size_t s = check.slot_ids[n];
+            same = same &&
+                   std::memcmp(codes.data() + s * cs, check.codes.data() + s * cs, cs) == 0 &&
+                   (ss == 0 ||
+                    std::memcmp(scales.data() + s * ss, check.scales.data() + s * ss, ss) == 0);
           }
-          std::string fname = hb.format.name();
-          std::replace(fname.begin(), fname.end(), '-', '_');
-          Row r{fmt::format("decode_{}_ws_{}_B{}{}", sh.name, fname, B,
-                            persistent ? "_persistent" : "")};
-          r.set_times(timer.time([&](cudaStream_t s) { ws_decode(a, s); }, repeats));
-          r.kernel = "ws_decode";
-          r.bytes = ws_decode_bytes(a, B);
-          r.flops = ws_decode_flops(a, B);
-          r.tokens = B;
-          rows.push_back(r);
+          if (!same)
+            fail(
+                "bench: ws_decode {} {} B {} differs from the CPU reference bit for bit: no speed "
+                "reported",
+                sh.name, hb.format.name(), B);
         }
+        std::string fname = hb.format.name();
+        std::replace(fname.begin(), fname.end(), '-', '_');
+        Row r{fmt::format("decode_{}_ws_{}_B{}", sh.name, fname, B)};
+        r.set_times(timer.time([&](cudaStream_t s) { ws_decode(a, s); }, repeats));
+        r.kernel = "ws_decode";
+        r.bytes = ws_decode_bytes(a, B);
+        r.flops = ws_decode_flops(a, B);
+        r.tokens = B;
+        rows.push_back(r);
       }
     }
   }

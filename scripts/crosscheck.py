@@ -45,6 +45,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -195,6 +196,13 @@ def check_family(family, a, torch, fla_fns, out_dir, partial):
     """The checks of one family; its comparison rows are also kept in partial["comparisons"] as
     they are made, so that a later failure does not hide them."""
     work = os.path.join(out_dir, family)
+    start = time.monotonic()
+
+    def step(what):  # progress on stderr: the first run of FLA's Triton kernels compiles them
+        print(f"crosscheck {family}: {what} ({time.monotonic() - start:.0f} s)", file=sys.stderr,
+              flush=True)
+
+    step("exporting a random model")
     out = run([sys.executable, os.path.abspath(__file__), "--export-family", family, "--work",
                out_dir, "--seed", str(a.seed), "--tokens", str(a.tokens), "--sequences",
                str(a.sequences)])
@@ -212,6 +220,7 @@ def check_family(family, a, torch, fla_fns, out_dir, partial):
                      "derivation": derivation, "pass": bool(err < tol),
                      "used_of_tol": err / tol})
 
+    step("statecheck references")
     ref_h5 = os.path.join(work, "reference.h5")
     ref_json = os.path.join(work, "reference.json")
     run([a.statecheck, "reference", "--model", mj, "--drive", "inputs", "--inputs", inputs,
@@ -233,6 +242,7 @@ def check_family(family, a, torch, fla_fns, out_dir, partial):
         o64 = {i: f[f"reference/layers.{i}/fp64_outputs"][()] for i in layers}
         S64 = {i: f[f"reference/layers.{i}/fp64_final_state"][()] for i in layers}
     for kind in ("fused_recurrent", "chunk"):
+        step(f"FLA {kind}")
         for dt_name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
             worst_o = worst_S = 0.0
             for i in layers:
@@ -250,6 +260,7 @@ def check_family(family, a, torch, fla_fns, out_dir, partial):
             row(f"FLA {kind} ({dt_name} q/k/v)", "statecheck fp64", "final states", worst_S, tol, why)
 
     # The decode-error protocol, through FLA (fp32 fused_recurrent) and through statecheck.
+    step("the int8 decode error through statecheck and FLA")
     Td = a.decode
     Tp = T - Td
     sc_json = os.path.join(work, "codec.json")

@@ -25,6 +25,7 @@ inplace_final_state=True, docs/real_models.md): the export is refused.
 """
 import argparse
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -241,12 +242,14 @@ def self_test(out_dir):
 
 # Callables through which the supported layers run their recurrence: attributes of the layer
 # module (transformers' Qwen3-Next / Qwen3.5 store them on the instance) and functions of the
-# layer's Python module (transformers' Kimi-Linear and flash-linear-attention's KDA layer call
-# them by global name).
+# layer's Python module (transformers 5.17's Kimi-Linear calls chunk_kimi_delta_attention and
+# recurrent_kimi_delta_attention, flash-linear-attention's KDA layer chunk_kda and
+# fused_recurrent_kda, by global name).
 KERNEL_NAMES = ("chunk_gated_delta_rule", "recurrent_gated_delta_rule",
                 "fused_recurrent_gated_delta_rule", "torch_chunk_gated_delta_rule",
                 "torch_recurrent_gated_delta_rule", "chunk_kda", "recurrent_kda",
-                "fused_recurrent_kda", "torch_chunk_kda", "torch_recurrent_kda")
+                "fused_recurrent_kda", "torch_chunk_kda", "torch_recurrent_kda",
+                "chunk_kimi_delta_attention", "recurrent_kimi_delta_attention")
 
 
 def is_linear_attention(module):
@@ -258,8 +261,8 @@ def layer_heads(module):
     """(H, HV, d_k, d_v) of a linear-attention module, from the attribute names each family uses."""
     H = getattr(module, "num_k_heads", None) or getattr(module, "num_heads", None)
     HV = getattr(module, "num_v_heads", None) or H
-    dk = getattr(module, "head_k_dim", None)
-    dv = getattr(module, "head_v_dim", None)
+    dk = getattr(module, "head_k_dim", None) or getattr(module, "head_dim", None)
+    dv = getattr(module, "head_v_dim", None) or getattr(module, "head_dim", None)
     if None in (H, HV, dk, dv):
         raise ExportError(f"{type(module).__name__}: cannot read its heads and head dims")
     return int(H), int(HV), int(dk), int(dv)
@@ -456,6 +459,20 @@ def kernel_candidates(module):
         except Exception as e:  # a property that fails is reported, not raised
             kind = f"unreadable: {type(e).__name__}"
         out.append(f"{n} ({where}: {kind})")
+    # The names the layer's forward itself uses (attributes and globals, nested functions too), and
+    # what each is in the Python module of its definition: how it reaches its kernel.
+    fwd = inspect.unwrap(getattr(type(module), "forward", None) or (lambda: None))
+    code = getattr(fwd, "__code__", None)
+    used, stack = [], [code] if code else []
+    while stack:
+        c = stack.pop()
+        used += [n for n in c.co_names if any(w in n.lower() for w in words)]
+        stack += [k for k in c.co_consts if hasattr(k, "co_names")]
+    if used:
+        glb = getattr(fwd, "__globals__", {})
+        out.append("forward uses " + ", ".join(
+            f"{n} (global: {type(glb[n]).__name__})" if n in glb else n
+            for n in sorted(set(used))))
     return ", ".join(out) or "none"
 
 

@@ -6,12 +6,8 @@
 // row group rg for the 256 threads of d_v = 128). Row sums are 3-step butterflies over the 8 lanes;
 // the column amax is a 2-step butterfly over the warp's row groups, then one thread per column
 // reduces the warps' partial maxima from shared memory and forms the scale once. Two barriers per
-// token; the shared arrays are double-buffered across tokens, so no third is needed. On request
-// (WsDecodeArgs::persistent, d_k = 128) a persistent grid of resident blocks takes the heads in
-// turn and stages the next head's codes and scales into shared memory by asynchronous copies
-// while it computes the current one, so a head's loads overlap the arithmetic of the one before.
-// The order of every fp32 rounding is written out in ws_decode_reference.h, which repeats it on
-// the host.
+// token; the shared arrays are double-buffered across tokens, so no third is needed. The order of
+// every fp32 rounding is written out in ws_decode_reference.h, which repeats it on the host.
 #include "kernels/working_state/ws_decode.h"
 
 #include <algorithm>
@@ -26,27 +22,25 @@
 #include "core/working_state/element_codec.h"
 #include "core/working_state/philox.h"
 #include "kernels/codec/rounding.cuh"
-#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/device.h"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_step_math.h"
 
 namespace statecheck::cuda {
 namespace {
 
-// The decode of one (sequence, value head) by the whole block: RPT = 4 rows per thread (256
-// threads at d_v = 128, two blocks per SM). `src_codes` points to the head's stored codes
-// ([d_v, d_k] in the store's element size) and `src_scales` to its d_k column scales (fp32 or
-// bf16): the slot in the pool, or the block's shared-memory copy of it
-// (ws_decode_persistent_kernel);
-// the results are written to the slot in the pool. `smem` holds the block's reduction arrays.
-template <Store ST, int CPL, bool KDA, bool SR, int RPT>
-__device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, float* smem,
-                                            const uint8_t* src_codes, const void* src_scales) {
+// One block per (sequence, value head), grid (num_seqs, HV): RPT = 4 rows per thread (256
+// threads at d_v = 128, two blocks per SM) read from the head's slot in the pool, decoded, stepped,
+// encoded and written back to it. FULL: every thread's 4 rows exist (d_v = 4 x row groups, i.e. d_v
+// a multiple of 16), so no row is tested; the variant the real models' heads (d_k = d_v = 128) run.
+template <Store ST, int CPL, bool KDA, bool SR, bool FULL>
+__global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(WsParams p) {
+  constexpr int RPT = 4;
   constexpr int NW = Packed<ST, CPL>::kWords;
   constexpr int EB = ST == Store::bf16 ? 2 : 1;  // bytes per element
   constexpr bool kScaled = ST != Store::bf16;
+  extern __shared__ __align__(16) float smem[];
+  const int seq = blockIdx.x, h = blockIdx.y;
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
   if (t0 >= t1) return;  // uniform over the block: no barrier is skipped by part of it
   const int dk = p.dk, dv = p.dv;
@@ -57,13 +51,16 @@ __device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, f
   const int kh = h / (p.HV / p.H);
   const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
   uint8_t* codes = p.codes + head * dv * dk * EB;
+  const void* src_scales =
+      static_cast<const uint8_t*>(p.scales) + head * head_scale_bytes<ST>(dk, p.bf16_scale);
   int rows[RPT];
   bool row_ok[RPT];
 #pragma unroll
   for (int r = 0; r < RPT; ++r) {
     rows[r] = rg + nrg * r;
-    row_ok[r] = rows[r] < dv;
+    row_ok[r] = FULL || rows[r] < dv;
   }
+  // Per-column values in shared memory sit at column_slot(j) of their row.
   float* sm_amax = smem;                     // [2][nwarps][dk]
   float* sm_scale = smem + 2 * nwarps * dk;  // [2][dk]
   float* sm_inv = sm_scale + 2 * dk;         // [2][dk]
@@ -97,7 +94,7 @@ __device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, f
     for (int r = 0; r < RPT; ++r) {
       uint32_t w[NW];
       if (row_ok[r]) {
-        load_words<NW>(src_codes + (rows[r] * dk + j0) * EB, w);
+        load_words<NW>(codes + (rows[r] * dk + j0) * EB, w);
       } else {
 #pragma unroll
         for (int c = 0; c < NW; ++c) w[c] = 0u;
@@ -206,10 +203,11 @@ __device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, f
         m[e] = fmaxf(m[e], __shfl_xor_sync(0xffffffffu, m[e], 16));
       }
       if ((threadIdx.x & 31) < kLanesPerRow) {
-        float* dst = sm_amax + (buf * nwarps + warp) * dk + j0;
+        float* dst = sm_amax + (buf * nwarps + warp) * dk;
 #pragma unroll
         for (int e = 0; e < CPL; e += 4)
-          *reinterpret_cast<float4*>(dst + e) = make_float4(m[e], m[e + 1], m[e + 2], m[e + 3]);
+          *reinterpret_cast<float4*>(dst + column_slot<CPL>(j0 + e)) =
+              make_float4(m[e], m[e + 1], m[e + 2], m[e + 3]);
       }
     }
     if (__syncthreads_or(bad)) {
@@ -223,11 +221,13 @@ __device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, f
     const bool last = t + 1 == t1;
     if constexpr (kScaled) {
       for (int j = threadIdx.x; j < dk; j += blockDim.x) {
+        const int slot = column_slot<CPL>(j);
+        const float* col_max = sm_amax + buf * nwarps * dk + slot;
         float amax = 0.0f;
-        for (int w = 0; w < nwarps; ++w) amax = fmaxf(amax, sm_amax[(buf * nwarps + w) * dk + j]);
+        for (int w = 0; w < nwarps; ++w, col_max += dk) amax = fmaxf(amax, *col_max);
         const float col = ws_column_scale(amax, cmax, p.bf16_scale);
-        sm_scale[buf * dk + j] = col;
-        sm_inv[buf * dk + j] = __fdiv_rn(1.0f, col);
+        sm_scale[buf * dk + slot] = col;
+        sm_inv[buf * dk + slot] = __fdiv_rn(1.0f, col);
         if (last) {
           if (p.bf16_scale)
             reinterpret_cast<uint16_t*>(p.scales)[head * dk + j] = ws_bf16_rne(col);
@@ -236,8 +236,14 @@ __device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, f
         }
       }
       __syncthreads();
-      load_f32<CPL>(sm_scale + buf * dk + j0, sc);
-      load_f32<CPL>(sm_inv + buf * dk + j0, inv);
+#pragma unroll
+      for (int e = 0; e < CPL; e += 4) {
+        const int slot = buf * dk + column_slot<CPL>(j0 + e);
+        const float4 a = *reinterpret_cast<const float4*>(sm_scale + slot);
+        const float4 b = *reinterpret_cast<const float4*>(sm_inv + slot);
+        sc[e] = a.x, sc[e + 1] = a.y, sc[e + 2] = a.z, sc[e + 3] = a.w;
+        inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
+      }
     }
     const uint32_t pos = pos0 + static_cast<uint32_t>(t - t0);
 #pragma unroll
@@ -251,87 +257,6 @@ __device__ __forceinline__ void decode_head(const WsParams& p, int seq, int h, f
         decode_chunk<ST, CPL>(w, sc, s[r]);
       }
     }
-  }
-}
-
-// One block per (sequence, value head): grid (num_seqs, HV).
-template <Store ST, int CPL, bool KDA, bool SR>
-__global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(WsParams p) {
-  constexpr int EB = ST == Store::bf16 ? 2 : 1;
-  extern __shared__ __align__(16) float smem[];
-  const int seq = blockIdx.x, h = blockIdx.y;
-  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
-  const void* scales =
-      static_cast<const uint8_t*>(p.scales) + head * head_scale_bytes<ST>(p.dk, p.bf16_scale);
-  decode_head<ST, CPL, KDA, SR, 4>(p, seq, h, smem, p.codes + head * p.dv * p.dk * EB, scales);
-}
-
-// Stages head `item` (= sequence * HV + value head) of the launch into ring buffer `buf`: each
-// thread copies the 16-byte pieces of the codes it will decode itself (its rows, its key channels)
-// and the first threads the head's column scales, by asynchronous copies (cp.async) that the
-// caller commits as one group.
-template <Store ST, int CPL>
-__device__ __forceinline__ void stage_head(const WsParams& p, int item, uint8_t* ring_codes,
-                                           uint8_t* ring_scales, int buf) {
-  constexpr int EB = ST == Store::bf16 ? 2 : 1;
-  constexpr int kPieces = CPL * EB / 16;  // 16-byte pieces of one row chunk
-  const int seq = item / p.HV, h = item - seq * p.HV;
-  if (p.cu[seq] >= p.cu[seq + 1]) return;  // not run: nothing to stage
-  const int dk = p.dk, dv = p.dv;
-  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
-  const int head_bytes = dv * dk * EB;
-  const uint8_t* src = p.codes + head * head_bytes;
-  uint8_t* dst = ring_codes + buf * head_bytes;
-  const int sub = threadIdx.x & 7, rg = threadIdx.x >> 3, nrg = blockDim.x >> 3;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int row = rg + nrg * r;
-    if (row < dv) {
-      const int off = (row * dk + sub * CPL) * EB;
-#pragma unroll
-      for (int c = 0; c < kPieces; ++c) copy16_async(dst + off + 16 * c, src + off + 16 * c);
-    }
-  }
-  if constexpr (ST != Store::bf16) {
-    const int scale_bytes = head_scale_bytes<ST>(dk, p.bf16_scale);
-    const uint8_t* ssrc = static_cast<const uint8_t*>(p.scales) + head * scale_bytes;
-    for (int b = 16 * threadIdx.x; b < scale_bytes; b += 16 * blockDim.x)
-      copy16_async(ring_scales + buf * scale_bytes + b, ssrc + b);
-  }
-}
-
-// Persistent grid (d_k = 128, no init_state): each block takes heads item = blockIdx.x,
-// blockIdx.x + gridDim.x, ... of the launch's num_seqs * HV and, while it computes one, the next
-// one's codes and scales arrive in the other half of a two-entry shared ring, so the loads of a
-// head overlap the arithmetic of the one before it. Shared memory after the reduction arrays:
-// ring codes [2][d_v * d_k * EB], ring scales [2][d_k * scale bytes].
-template <Store ST, int CPL, bool KDA, bool SR>
-__global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2)
-    ws_decode_persistent_kernel(WsParams p, int reduction_floats) {
-  constexpr int EB = ST == Store::bf16 ? 2 : 1;
-  extern __shared__ __align__(16) float smem[];
-  uint8_t* ring_codes = reinterpret_cast<uint8_t*>(smem + reduction_floats);
-  uint8_t* ring_scales = ring_codes + 2 * p.dv * p.dk * EB;
-  const int scale_bytes = head_scale_bytes<ST>(p.dk, p.bf16_scale);
-  const int items = p.num_seqs * p.HV;
-  int item = blockIdx.x;
-  if (item < items) stage_head<ST, CPL>(p, item, ring_codes, ring_scales, 0);
-  commit_async_copies();
-  for (int i = 0; item < items; ++i, item += gridDim.x) {
-    const int buf = i & 1;
-    if (item + static_cast<int>(gridDim.x) < items)
-      stage_head<ST, CPL>(p, item + gridDim.x, ring_codes, ring_scales, buf ^ 1);
-    commit_async_copies();
-    wait_async_copies<1>();  // this thread's copies of `item` have landed
-    __syncthreads();         // and every thread's (the scales are read by all)
-    // The ring entry `buf` is written again two items later, by a stage issued after at least one
-    // barrier of this head that follows its reads of the scales (decode_head's __syncthreads_or;
-    // a head without tokens reads nothing), and each thread's codes are its own, so no barrier is
-    // needed after the head. The barrier above also keeps this head's writes to the reduction
-    // arrays after every thread's reads of them for the head before.
-    const int seq = item / p.HV, h = item - seq * p.HV;
-    decode_head<ST, CPL, KDA, SR, 4>(p, seq, h, smem, ring_codes + buf * p.dv * p.dk * EB,
-                                     ring_scales + buf * scale_bytes);
   }
 }
 
@@ -380,25 +305,14 @@ template <Store ST, int CPL, bool KDA, bool SR>
 void launch_variant(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
   const int threads = block_threads(a.dv);
   const int reduction = 2 * (threads / 32) * a.dk + 4 * a.dk;  // floats
-  if (CPL == 16 && a.persistent && !a.init_state) {
-    constexpr int EB = ST == Store::bf16 ? 2 : 1;
-    const size_t ring =
-        2 * (static_cast<size_t>(a.dv) * a.dk * EB + head_scale_bytes<ST>(a.dk, p.bf16_scale));
-    const int items = a.num_seqs * a.HV;
-    const size_t shared = reduction * sizeof(float) + ring;
-    // The blocks resident at once on this device at this size (raises the kernel's shared-memory
-    // limit where the size needs it; cached per device, kernel and size).
-    const int resident = std::max(
-        1, resident_blocks(
-               reinterpret_cast<const void*>(&ws_decode_persistent_kernel<ST, CPL, KDA, SR>),
-               threads, shared));
-    const int grid = std::min(
-        items, a.persistent_blocks > 0 ? std::min(a.persistent_blocks, resident) : resident);
-    ws_decode_persistent_kernel<ST, CPL, KDA, SR><<<grid, threads, shared, stream>>>(p, reduction);
-  } else {
-    ws_decode_kernel<ST, CPL, KDA, SR>
-        <<<dim3(a.num_seqs, a.HV), threads, reduction * sizeof(float), stream>>>(p);
-  }
+  const dim3 grid(a.num_seqs, a.HV);
+  const size_t shared = reduction * sizeof(float);
+  // FULL where it measured faster (run 22: the round-to-nearest formats at d_k = 128, 2-3% for
+  // int8 and fp8; the stochastic ones, whose Philox registers then spill, 0-20% slower).
+  if (CPL == 16 && !SR && a.dv % 16 == 0)
+    ws_decode_kernel<ST, CPL, KDA, SR, CPL == 16 && !SR><<<grid, threads, shared, stream>>>(p);
+  else
+    ws_decode_kernel<ST, CPL, KDA, SR, false><<<grid, threads, shared, stream>>>(p);
 }
 
 template <Store ST, int CPL>
@@ -449,9 +363,9 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   if (a.dk != 32 && a.dk != 64 && a.dk != 128)
     fail("working-state decode: d_k {} (expected 32, 64 or 128)", a.dk);
   if (a.dv > kMaxDv) fail("working-state decode: d_v {} above {}", a.dv, kMaxDv);
-  if (a.num_seqs < 0 || a.pool_slots < 0 || a.persistent_blocks < 0)
-    fail("working-state decode: num_seqs {}, pool_slots {} and persistent_blocks {} must be >= 0",
-         a.num_seqs, a.pool_slots, a.persistent_blocks);
+  if (a.num_seqs < 0 || a.pool_slots < 0)
+    fail("working-state decode: num_seqs {} and pool_slots {} must be >= 0", a.num_seqs,
+         a.pool_slots);
   if (a.layer < 0 || a.layer >= 65536)
     fail("working-state decode: layer {} outside [0, 65536)", a.layer);
   const Store st = store_of(a.format.kind);

@@ -83,15 +83,6 @@ struct WsDecodeArgs {
   // init_state[s] as given instead of decoding its slot (a state written from outside the format,
   // e.g. a prefill's fp32 result; its first token's update is then stored in the format as usual).
   const float* init_state = nullptr;
-  // The grid: false (the default), one block per (sequence, value head); true, at d_k = 128
-  // without init_state, a persistent grid of resident blocks, each taking heads in turn and
-  // loading the next head's codes and scales into shared memory while it computes the current one
-  // (other launches take the former). The same bits either way: the grid enters no rounding
-  // (docs/gpu.md says which is faster).
-  bool persistent = false;
-  // Blocks of the persistent grid: 0, as many as are resident on the device at once; n > 0, at
-  // most n (a block then takes more heads in turn, e.g. to test that path on small launches).
-  int persistent_blocks = 0;
 };
 
 // True for the formats ws_decode runs (see WsDecodeArgs::format).
@@ -99,7 +90,7 @@ bool ws_decode_supports(const WorkingStateFormat& f);
 
 // Launches the kernel on `stream`. Throws statecheck::Error, before any device work, on an
 // unsupported format, shapes outside the limits above (H, HV, d_v not positive, HV % H != 0, d_k
-// not 32, 64 or 128, d_v > 128), persistent_blocks or num_seqs or pool_slots negative,
+// not 32, 64 or 128, d_v > 128), num_seqs or pool_slots negative,
 // layer outside [0, 2^16), a null required pointer (named), codes, scales or init_state not 16-byte
 // aligned, or a launch failure.
 void ws_decode(const WsDecodeArgs& a, cudaStream_t stream = nullptr);

@@ -53,6 +53,23 @@ __host__ __device__ __forceinline__ int head_scale_bytes(int dk, bool bf16_scale
   return ST == Store::bf16 ? 0 : dk * (bf16_scale ? 2 : 4);
 }
 
+// Where key channel j's value sits in a per-column row of shared memory: lane sub's channels
+// sub * CPL .. + CPL are its CPL / 4 chunks of 4 (one 16-byte access each), and chunk c is stored
+// at chunk position (c + sub / (32 / CPL)) mod (CPL / 4) of the lane's range, so that the 8 lanes
+// of a row, reading their chunk c at once, touch 8 different 16-byte bank groups (in order, lanes
+// sub and sub + 32 / CPL would share one). A permutation of each lane's range: a thread per column
+// reads and writes 32 consecutive columns in 32 different banks either way.
+template <int CPL>
+__host__ __device__ __forceinline__ int column_slot(int j) {
+  constexpr int C = CPL / 4;
+  if constexpr (C == 1) {
+    return j;
+  } else {
+    const int sub = j / CPL, c = (j % CPL) / 4;
+    return sub * CPL + 4 * ((c + sub / (8 / C)) % C) + j % 4;
+  }
+}
+
 __device__ __forceinline__ float bf16_value(uint32_t bits16) {
   return __uint_as_float(bits16 << 16);
 }
@@ -170,7 +187,8 @@ __device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, ui
 // Encodes CPL elements x of one row chunk starting at element index `element` (a multiple of 4)
 // with column scales s (and reciprocals inv = 1 / s) into packed codes, as the element codecs
 // of element_codec.h: RNE int8 and E4M3 the cheap way of kernels/codec/rounding.cuh (proved there
-// to give the division's code for amax-derived scales) with the division where it cannot decide;
+// to give the division's code for amax-derived scales), with the division for a chunk where the
+// cheap way cannot decide;
 // stochastic roundings by the element codec itself, with the Philox words of the chunk.
 template <Store ST, int CPL, bool SR>
 __device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)[CPL],
@@ -206,12 +224,35 @@ __device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)
     for (int c = 0; c < CPL / 2; ++c)
       w[c] = ws_bf16_rne(x[2 * c]) | (uint32_t{ws_bf16_rne(x[2 * c + 1])} << 16);
   } else {
-    constexpr Kind K = ST == Store::int8 ? Kind::int8 : Kind::fp8;
-    Fp8Bracket br[CPL];  // read by the fp8 encode only (dead code for int8)
-#pragma unroll
-    for (int e = 0; e < CPL; ++e) br[e] = fp8_bracket(inv[e]);
+    // The cheap way for the chunk (int8_code_fast, fp8_codes2 with each column's bracket formed
+    // where it is used), one flag for the chunk; where the flag is set, every element of the chunk
+    // again by the division (the code the cheap way gives wherever it decides). Recomputing the
+    // whole chunk, rather than each element behind its own test, keeps the per-element tests out
+    // of the cheap path: the compiler would otherwise keep the 16 flags of the first pass live (two
+    // bit operations per element). The flag is rare for the fp32 values of a step (about 1.2e-4
+    // per element for int8).
+    bool undecided = false;
     uint32_t q[CPL];
-    encode_row<K, CPL>(x, s, inv, br, q);
+#pragma unroll
+    for (int e = 0; e < CPL; e += 2) {
+      if constexpr (ST == Store::int8) {
+        q[e] = int8_code_fast(x[e], inv[e], undecided);
+        q[e + 1] = int8_code_fast(x[e + 1], inv[e + 1], undecided);
+      } else {
+        const uint32_t two =
+            fp8_codes2(x[e], x[e + 1], fp8_bracket(inv[e]), fp8_bracket(inv[e + 1]), undecided);
+        q[e] = two, q[e + 1] = two >> 8;
+      }
+    }
+    if (__builtin_expect(undecided, 0)) {
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) {
+        if constexpr (ST == Store::int8)
+          q[e] = static_cast<uint32_t>(int8_code_exact(x[e], s[e]));
+        else
+          q[e] = fp8_encode(__fdiv_rn(x[e], s[e]));
+      }
+    }
 #pragma unroll
     for (int c = 0; c < CPL / 4; ++c)
       w[c] = pack4(q[4 * c], q[4 * c + 1], q[4 * c + 2], q[4 * c + 3]);

@@ -245,36 +245,6 @@ TEST_P(WsDecode, MatchesReferenceBitForBitAndLeavesOtherSlots) {
   }
 }
 
-// The persistent grid at d_k = 128 gives the reference's bits too: as many blocks as are
-// resident (each takes one head on these shapes), and 1 or 3 blocks, each taking many heads in
-// turn (through the two-entry ring, past heads of sequences without tokens).
-TEST_P(WsDecode, PersistentGridGivesTheSameBits) {
-  const Case& c = GetParam();
-  if (c.dk != 128) GTEST_SKIP() << "the persistent grid exists at d_k = 128 only";
-  for (const int blocks : {0, 1, 3}) {
-    SCOPED_TRACE("persistent grid of " + (blocks ? std::to_string(blocks) : "resident") +
-                 " blocks");
-    HostWsBatch b = make_batch(c, 43);
-    const int T = b.cu_seqlens.back();
-    const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);
-    DeviceBatch d(b, o0);
-    WsDecodeArgs a = d.args(b);
-    a.persistent = true;
-    a.persistent_blocks = blocks;
-    ws_decode(a);
-    STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> o_ref = o0;
-    ASSERT_TRUE(ws_decode_reference(b, o_ref).empty());
-    EXPECT_EQ(d.error_info.download(), std::vector<int32_t>(4, 0));
-    EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << "codes";
-    if (!b.scales.empty()) {
-      EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << "scales";
-    }
-    EXPECT_EQ(first_difference(d.o.download(), o_ref), -1) << "outputs";
-    EXPECT_TRUE(d.guards_intact());
-  }
-}
-
 TEST_P(WsDecode, RepeatsItselfAndTwoLaunchesEqualTheReferenceTwice) {
   // Two consecutive launches (decode after decode, positions advanced) against the reference run
   // twice: the stored state the second launch reads is the first one's output, bit for bit.
@@ -444,8 +414,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, WsDecode, ::testing::ValuesIn(kCases), case_na
 
 class WsDecodeDevice : public GpuTest {};
 
-// A non-finite scale in one head of one sequence, launched on the given grid.
-void refuses_a_non_finite_state(bool persistent, int persistent_blocks) {
+// A non-finite scale in one head of one sequence.
+TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
   Case c{"", 1, 3, 128, 128, GateKind::gdn, WorkingStateKind::int8, false, {1, 2, 1}};
   HostWsBatch b = make_batch(c, 11);
   // Slot of sequence 1, value head 2, key channel 5: an infinite scale decodes to +-Inf (or NaN
@@ -459,7 +429,6 @@ void refuses_a_non_finite_state(bool persistent, int persistent_blocks) {
                                  0x3F80);  // 1.0: finite, so a row left unwritten shows
   DeviceBatch d(b, o0);
   WsDecodeArgs a = d.args(b);
-  a.persistent = persistent, a.persistent_blocks = persistent_blocks;
   ws_decode(a);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> o_ref = o0;
@@ -493,15 +462,6 @@ void refuses_a_non_finite_state(bool persistent, int persistent_blocks) {
   EXPECT_EQ(first_difference(g_rest, r_rest), -1);
   EXPECT_THROW(check_ws_decode_error(d.error_info.data()), Error);
   EXPECT_NO_THROW(check_ws_decode_error(d.error_info.data()));  // cleared by the first check
-}
-
-// On each grid: one block per head, the default persistent grid, and a persistent grid of one
-// block that refuses a head in the middle of its turn and goes on with the next ones.
-TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
-  for (const int blocks : {-1, 0, 1}) {
-    SCOPED_TRACE(blocks);
-    refuses_a_non_finite_state(blocks > -1, std::max(blocks, 0));
-  }
 }
 
 TEST_F(WsDecodeDevice, StartsFromAGivenFp32State) {
@@ -573,8 +533,8 @@ TEST(WsDecodeArguments, RejectsBadArguments) {
   a.format.kind = WorkingStateKind::int8_ef;
   EXPECT_THROW(ws_decode(a), Error);  // no kernel for error feedback
   a.format.kind = WorkingStateKind::int8;
-  a.persistent_blocks = -1;
-  EXPECT_THROW(ws_decode(a), Error);  // negative grid size
+  a.num_seqs = -1;
+  EXPECT_THROW(ws_decode(a), Error);  // negative batch
 }
 
 // ---- the reference alone (no GPU) --------------------------------------------------------------
