@@ -2,8 +2,7 @@
 // transaction barriers (PTX mbarrier) that signal their completion. sm_90 and later (PTX ISA 8.0:
 // mbarrier expect_tx, cp.async.bulk, cp.async.bulk.commit_group / wait_group,
 // fence.proxy.async). Addresses are 16-byte aligned and sizes multiples of 16 bytes, at most
-// 2^20 - 1; the callers guarantee both. Also the per-thread asynchronous copies of sm_80
-// (cp.async, 16 bytes each), at the end of the file.
+// 2^20 - 1; the callers guarantee both.
 //
 // Loading (global -> shared): thread 0 calls init_copy_barrier, the block synchronises, thread 0
 // calls bulk_copy_to_shared, and every thread that reads the data calls wait_copy_barrier with the
@@ -78,23 +77,6 @@ __device__ __forceinline__ void wait_bulk_stores_read() {
 // Waits until all of the calling thread's bulk-copy groups have completed.
 __device__ __forceinline__ void wait_bulk_stores() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// Per-thread asynchronous copies (cp.async, sm_80 and later): copy16_async copies 16 bytes from
-// global `src` to shared `dst` (both 16-byte aligned) without holding registers; the thread groups
-// its copies with commit_async_copies and waits with wait_async_copies<N> until at most N of its
-// groups are still in flight. The data is then visible to this thread; other threads read it
-// after a barrier.
-__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void commit_async_copies() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wait_async_copies() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 }  // namespace statecheck::cuda

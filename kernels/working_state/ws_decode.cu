@@ -307,8 +307,8 @@ void launch_variant(const WsDecodeArgs& a, const WsParams& p, cudaStream_t strea
   const int reduction = 2 * (threads / 32) * a.dk + 4 * a.dk;  // floats
   const dim3 grid(a.num_seqs, a.HV);
   const size_t shared = reduction * sizeof(float);
-  // FULL where it measured faster (run 22: the round-to-nearest formats at d_k = 128, 2-3% for
-  // int8 and fp8; the stochastic ones, whose Philox registers then spill, 0-20% slower).
+  // FULL for the round-to-nearest formats only: with Philox's registers the stochastic ones spill
+  // and run slower without the row tests (docs/kernel_notes.md has the timings).
   if (CPL == 16 && !SR && a.dv % 16 == 0)
     ws_decode_kernel<ST, CPL, KDA, SR, CPL == 16 && !SR><<<grid, threads, shared, stream>>>(p);
   else
