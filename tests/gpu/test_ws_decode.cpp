@@ -408,6 +408,35 @@ const std::vector<Case> kCases = {
      WorkingStateKind::fp8_e4m3,
      false,
      {2, 1, 0}},
+    // The variant without row tests (d_k = 128, d_v a multiple of 16) on KDA, below d_v = 128,
+    // with bf16 scales, T = 63 and an empty sequence.
+    {"fp8_kda_H2_HV2_dk128_dv64_T63_full",
+     2,
+     2,
+     128,
+     64,
+     GateKind::kda,
+     WorkingStateKind::fp8_e4m3,
+     false,
+     {63, 0, 2}},
+    {"int8_bf16scale_kda_H1_HV3_dk128_dv112_full",
+     1,
+     3,
+     128,
+     112,
+     GateKind::kda,
+     WorkingStateKind::int8,
+     true,
+     {3, 1}},
+    {"int8_sr_gdn_H2_HV6_dk128_dv16_full",
+     2,
+     6,
+     128,
+     16,
+     GateKind::gdn,
+     WorkingStateKind::int8_sr,
+     false,
+     {2, 0, 1}},
 };
 
 INSTANTIATE_TEST_SUITE_P(Formats, WsDecode, ::testing::ValuesIn(kCases), case_name);
@@ -534,7 +563,12 @@ TEST(WsDecodeArguments, RejectsBadArguments) {
   EXPECT_THROW(ws_decode(a), Error);  // no kernel for error feedback
   a.format.kind = WorkingStateKind::int8;
   a.num_seqs = -1;
-  EXPECT_THROW(ws_decode(a), Error);  // negative batch
+  try {
+    ws_decode(a);
+    ADD_FAILURE() << "a negative batch was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_seqs -1"), std::string::npos) << e.what();
+  }
 }
 
 // ---- the reference alone (no GPU) --------------------------------------------------------------
