@@ -28,7 +28,7 @@ void bench_working_state(const Options& o, GpuTimer& timer, std::vector<Row>& ro
   const WorkingStateKind kinds[] = {WorkingStateKind::int8, WorkingStateKind::int8_sr,
                                     WorkingStateKind::fp8_e4m3, WorkingStateKind::fp8_e4m3_sr,
                                     WorkingStateKind::bf16_sr};
-  const int max_slots = batches.back() + 1;
+  const int max_slots = *std::max_element(batches.begin(), batches.end()) + 1;
   for (const DecodeShape& sh : {DecodeShape{"gdn_H16_HV32", 16, 32, GateKind::gdn},
                                 DecodeShape{"kda_H32_HV32", 32, 32, GateKind::kda}}) {
     // The stored states: states of 0.06 rms, drawn once per shape for the largest batch's slots and

@@ -447,7 +447,8 @@ def kernel_name(fn):
 
 def kernel_candidates(module):
     """Names on a linear-attention layer (instance or class) that look like a recurrence kernel,
-    with what they are: what a capture that found no call should have wrapped."""
+    with what they are, and the kernel-like names the layer's forward uses (through decorators):
+    what a capture that found no call should have wrapped."""
     words = ("kda", "delta", "chunk", "recurrent", "kernel")
     out = []
     for n in sorted(dir(module)):

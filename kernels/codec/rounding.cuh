@@ -1,8 +1,8 @@
 // The codecs' roundings on the GPU, bit for bit those of core/codec (docs/codecs.md): the int8
 // code of x / s and the E4M3 code of x / s, formed the cheap way (a fused multiply-add with a
 // magic number; paired bracket conversions) with the proofs that say when the cheap way decides,
-// and the IEEE division where it does not. Included by checkpoint_codec.cu only (through the
-// store kernels).
+// and the IEEE division where it does not. Included by the checkpoint codec's store kernels and by
+// the working-state decode (ws_decode_chunks.cuh).
 #pragma once
 
 #include "kernels/codec/codec_common.cuh"
@@ -59,7 +59,8 @@ __device__ __forceinline__ Fp8Bracket fp8_bracket(float inv) {
 // E4M3 codes of x0 / s0 (low byte) and x1 / s1 (high byte): both ends of each bracket are encoded
 // by one paired conversion each, and where the two ends agree, E4M3 rounding (monotone, with
 // saturation) gives the quotient the same code. `differ` is set otherwise (within 16 ulp of a
-// rounding boundary) and the caller (encode_row) decides those elements with the division.
+// rounding boundary) and the caller (encode_row, or the working-state encode_chunk) decides those
+// elements with the division.
 __device__ __forceinline__ uint32_t fp8_codes2(float x0, float x1, Fp8Bracket b0, Fp8Bracket b1,
                                                bool& differ) {
   const uint32_t lo =

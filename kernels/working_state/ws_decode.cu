@@ -32,8 +32,8 @@ namespace {
 // One block per (sequence, value head), grid (num_seqs, HV): RPT = 4 rows per thread (256
 // threads at d_v = 128, two blocks per SM) read from the head's slot in the pool, decoded, stepped,
 // encoded and written back to it. FULL: every thread's 4 rows exist (d_v = 4 x row groups, i.e. d_v
-// a multiple of 16), so no row is tested: the int8 and fp8 stores on the real models' heads (d_k =
-// d_v = 128).
+// a multiple of 16), so no row is tested: the round-to-nearest int8 and fp8 stores on the real
+// models' heads (d_k = d_v = 128).
 template <Store ST, int CPL, bool KDA, bool SR, bool FULL>
 __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(WsParams p) {
   constexpr int RPT = 4;
@@ -308,11 +308,11 @@ void launch_variant(const WsDecodeArgs& a, const WsParams& p, cudaStream_t strea
   const int reduction = 2 * (threads / 32) * a.dk + 4 * a.dk;  // floats
   const dim3 grid(a.num_seqs, a.HV);
   const size_t shared = reduction * sizeof(float);
-  // FULL for the int8 and fp8 stores; the bf16 ones, holding twice the code registers, spill
-  // heavily and run slower without the row tests (docs/kernel_notes.md has the timings).
-  if (CPL == 16 && ST != Store::bf16 && a.dv % 16 == 0)
-    ws_decode_kernel<ST, CPL, KDA, SR, CPL == 16 && ST != Store::bf16>
-        <<<grid, threads, shared, stream>>>(p);
+  // FULL for the round-to-nearest int8 and fp8 stores, where it measured faster; with it the bf16
+  // stores spill heavily and int8-sr ran slower (docs/kernel_notes.md has the timings).
+  constexpr bool kFull = CPL == 16 && !SR && ST != Store::bf16;
+  if (kFull && a.dv % 16 == 0)
+    ws_decode_kernel<ST, CPL, KDA, SR, kFull><<<grid, threads, shared, stream>>>(p);
   else
     ws_decode_kernel<ST, CPL, KDA, SR, false><<<grid, threads, shared, stream>>>(p);
 }
