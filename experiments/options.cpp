@@ -18,6 +18,7 @@
 
 #include "core/io/paths.h"
 #include "core/tinylm/tinylm.h"
+#include "core/util/comma_list.h"
 #include "core/util/error.h"
 #include "core/util/parallel.h"
 #include "experiments/experiment.h"
@@ -300,11 +301,9 @@ T choose(const char* option, const std::string& text,
 std::vector<int> parse_k_list(const std::string& text) {
   std::vector<int> ks;
   if (text.empty()) return ks;
-  size_t start = 0;
-  for (size_t index = 0;; ++index) {
-    const size_t comma = text.find(',', start);
-    const std::string item =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  const std::vector<std::string> items = comma_items(text);
+  for (size_t index = 0; index < items.size(); ++index) {
+    const std::string& item = items[index];
     int v = 0;
     const auto r = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || r.ec != std::errc() || r.ptr != item.data() + item.size() || v < 1 ||
@@ -315,8 +314,6 @@ std::vector<int> parse_k_list(const std::string& text) {
       fail("--k-list: entry {} ({}) of '{}' must be larger than the one before ({})", index, v,
            text, ks.back());
     ks.push_back(v);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return ks;
 }
@@ -346,10 +343,7 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
   o.policies = parse_policy_list(t.policy);
   o.k_list = parse_k_list(t.k_list);
   o.bench_codec = o.bench_recurrence = o.bench_ws = false;
-  for (size_t start = 0;;) {
-    const size_t comma = t.bench_sections.find(',', start);
-    const std::string name = t.bench_sections.substr(
-        start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& name : comma_items(t.bench_sections)) {
     if (name == "codec")
       o.bench_codec = true;
     else if (name == "recurrence")
@@ -360,8 +354,6 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
       fail("--bench-sections '{}': an empty section name", t.bench_sections);
     else
       fail("--bench-sections: '{}' is not a section (codec, recurrence, ws)", name);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   if (drive_given)
     o.drive = parse_drive(t.drive, t.states, t.inputs);

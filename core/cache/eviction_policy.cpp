@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/util/comma_list.h"
 #include "core/util/error.h"
 
 namespace statecheck {
@@ -46,18 +47,14 @@ PolicyKind parse_policy(const std::string& s) {
 
 std::vector<PolicyKind> parse_policy_list(const std::string& s) {
   std::vector<PolicyKind> out;
-  size_t start = 0, index = 0;
-  for (;;) {
-    const size_t comma = s.find(',', start);
-    const std::string item = s.substr(start, comma == std::string::npos ? comma : comma - start);
+  const std::vector<std::string> items = comma_items(s);
+  for (size_t index = 0; index < items.size(); ++index) {
+    const std::string& item = items[index];
     if (item.empty()) fail("--policy: entry {} of '{}' is empty", index, s);
     const PolicyKind p = parse_policy(item);
     if (std::find(out.begin(), out.end(), p) != out.end())
       fail("--policy: entry {} ('{}') of '{}' repeats a policy", index, item, s);
     out.push_back(p);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-    ++index;
   }
   return out;
 }

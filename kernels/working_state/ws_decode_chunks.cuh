@@ -188,7 +188,7 @@ __device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, ui
 // with column scales s (and reciprocals inv = 1 / s) into packed codes, as the element codecs
 // of element_codec.h: RNE int8 and E4M3 the cheap way of kernels/codec/rounding.cuh (proved there
 // to give the division's code for amax-derived scales), with the division for a chunk where the
-// cheap way cannot decide;
+// cheap way cannot decide (encode_chunk_or_divide);
 // stochastic roundings by the element codec itself, with the Philox words of the chunk.
 template <Store ST, int CPL, bool SR>
 __device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)[CPL],
@@ -224,35 +224,8 @@ __device__ __forceinline__ void encode_chunk(const WsParams& p, const float (&x)
     for (int c = 0; c < CPL / 2; ++c)
       w[c] = ws_bf16_rne(x[2 * c]) | (uint32_t{ws_bf16_rne(x[2 * c + 1])} << 16);
   } else {
-    // The cheap way for the chunk (int8_code_fast, fp8_codes2 with each column's bracket formed
-    // where it is used), one flag for the chunk; where the flag is set, every element of the chunk
-    // again by the division (the code the cheap way gives wherever it decides). Recomputing the
-    // whole chunk, rather than each element behind its own test, keeps the per-element tests out
-    // of the cheap path: the compiler would otherwise keep the 16 flags of the first pass live (two
-    // bit operations per element). The flag is rare for the fp32 values of a step (about 1.2e-4
-    // per element for int8).
-    bool undecided = false;
     uint32_t q[CPL];
-#pragma unroll
-    for (int e = 0; e < CPL; e += 2) {
-      if constexpr (ST == Store::int8) {
-        q[e] = int8_code_fast(x[e], inv[e], undecided);
-        q[e + 1] = int8_code_fast(x[e + 1], inv[e + 1], undecided);
-      } else {
-        const uint32_t two =
-            fp8_codes2(x[e], x[e + 1], fp8_bracket(inv[e]), fp8_bracket(inv[e + 1]), undecided);
-        q[e] = two, q[e + 1] = two >> 8;
-      }
-    }
-    if (__builtin_expect(undecided, 0)) {
-#pragma unroll
-      for (int e = 0; e < CPL; ++e) {
-        if constexpr (ST == Store::int8)
-          q[e] = static_cast<uint32_t>(int8_code_exact(x[e], s[e]));
-        else
-          q[e] = fp8_encode(__fdiv_rn(x[e], s[e]));
-      }
-    }
+    encode_chunk_or_divide<ST == Store::int8 ? Kind::int8 : Kind::fp8, CPL>(x, s, inv, q);
 #pragma unroll
     for (int c = 0; c < CPL / 4; ++c)
       w[c] = pack4(q[4 * c], q[4 * c + 1], q[4 * c + 2], q[4 * c + 3]);
