@@ -15,11 +15,14 @@
 #include "kernels/gated_delta/gated_delta_pool_reference.h"
 #include "tests/error_of.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/pool_batch.h"
 
 using namespace statecheck;
 using namespace statecheck::cuda;
 using statecheck::cuda::testing::GpuTest;
 using statecheck::cuda::testing::Guarded;
+using statecheck::cuda::testing::make_pool_batch;
+using statecheck::cuda::testing::pool_value;
 
 namespace {
 
@@ -46,47 +49,12 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.name;
 }
 
-// Builds a batch: pool of 12 slots with random states, distinct random slot ids, drive inputs.
 HostPoolBatch make_batch(const Case& c, uint64_t seed) {
-  HostPoolBatch b;
-  b.H = c.H, b.HV = c.HV, b.dk = c.dk, b.dv = c.dv, b.gate = c.gate, b.state_dtype = c.dtype;
-  b.qk_l2norm = c.qk_l2norm;
-  const int slots = 12;
-  const size_t n = static_cast<size_t>(slots) * c.HV * c.dv * c.dk;
-  Rng rng(seed);
-  std::vector<float> pool(n);
-  for (auto& x : pool) x = static_cast<float>(0.06 * rng.normal());
-  if (c.dtype == Dtype::fp32)
-    b.pool_fp32 = pool;
-  else {
-    b.pool_bf16.resize(n);
-    for (size_t e = 0; e < n; ++e) b.pool_bf16[e] = bf16_bits_from_float(pool[e]);
-  }
-  std::vector<int32_t> ids(slots);
-  std::iota(ids.begin(), ids.end(), 0);
-  for (int i = slots - 1; i > 0; --i) std::swap(ids[i], ids[rng.below(i + 1)]);
-  const int seqs = static_cast<int>(c.lengths.size());
-  b.slot_ids.assign(ids.begin(), ids.begin() + seqs);
-  b.cu_seqlens = {0};
-  for (int len : c.lengths) b.cu_seqlens.push_back(b.cu_seqlens.back() + len);
-  const int T = b.cu_seqlens.back();
-  RecurrenceShape s;
-  s.H = c.H, s.HV = c.HV, s.dk = c.dk, s.dv = c.dv, s.gate = c.gate;
-  const LayerInputs in = synthetic_inputs(
-      c.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::seed_kda, s, seed, 0, T);
-  auto bits = [](const std::vector<float>& a) {
-    std::vector<uint16_t> out(a.size());
-    for (size_t i = 0; i < a.size(); ++i)
-      out[i] = bf16_bits_from_float(a[i]);  // drive values are bf16-exact
-    return out;
-  };
-  b.q = bits(in.q), b.k = bits(in.k), b.v = bits(in.v);
-  b.g = in.g, b.beta = in.beta;
-  return b;
+  return make_pool_batch(c.H, c.HV, c.dk, c.dv, c.gate, c.dtype, c.lengths, c.qk_l2norm, 12, seed);
 }
 
 float as_float(const HostPoolBatch& b, size_t e) {
-  return b.state_dtype == Dtype::fp32 ? b.pool_fp32[e] : float_from_bf16_bits(b.pool_bf16[e]);
+  return pool_value(b, e);
 }
 
 // One launch of batch b (shapes from c) with the given hint, grid cap and outputs on or off.

@@ -1,0 +1,533 @@
+// The chunked prefill kernel (chunked_prefill.h) and its launcher. Per chunk of n <= 64 tokens
+// starting from the block's state tile S [BV, 128] (fp32 in mma accumulators, and a bf16 copy in
+// shared memory), with q, k normalised, G the cumulative log decay of the chunk (per token for
+// GDN, per token and key channel for KDA) and Gn = G of its last token (docs/chunked_prefill.md):
+//   1. Kg = k e^G, Kd = k e^(Gn - G) (per row, or per element for KDA; KDA also Qg = q e^G)
+//   2. A[r, s] = beta_r sum_j k_r k_s e^(G_r - G_s) (s < r), P[r, s] = sum_j q_r k_s e^(G_r - G_s)
+//      (s <= r): GDN as K K^T and Q K^T on tensor cores with the per-token decay applied after;
+//      KDA elementwise
+//   3. T = (I + A)^-1 (fp32), Tb = T diag(beta) (bf16)
+//   4. -Wk = -Tb Kg; U starts at Tb V; O starts at Qg S^T
+//   5. U += -Wk S^T (= T diag(beta) (V - Kg S^T): the pseudo-values of chunked_delta.h)
+//   6. O += P U (rows < n written as bf16); S = S e^Gn + U^T Kd
+// Padding rows (r >= n) have zero q, k, v and beta, so they contribute nothing.
+#include "kernels/chunked_delta/chunked_prefill.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include <cuda_bf16.h>
+
+#include "core/recurrence/chunked_delta.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/device.h"
+#include "kernels/common/mma_bf16.cuh"
+
+namespace statecheck::cuda {
+
+namespace {
+
+constexpr int kC = kChunkedPrefillChunk;  // tokens per chunk
+constexpr int kDk = 128;                  // key channels (the only d_k supported)
+constexpr int kThreads = 256;             // 8 warps
+constexpr int kLdK = kDk + 8;    // bf16 row stride of [64][128] tiles (ldmatrix, no conflicts)
+constexpr int kLdKda = kDk + 2;  // KDA's raw k rows: 65 words, column reads without conflicts
+constexpr int kLdC = kC + 8;     // bf16 row stride of [64][64] tiles
+constexpr int kLdF = kC + 4;     // fp32 row stride of A and T
+constexpr int kLdG = kDk + 1;    // fp32 row stride of KDA's cumulative decays
+
+struct ChunkParams {
+  int H, HV, dv;
+  bool qk_l2norm;
+  float scale;
+  void* pool;
+  const int32_t* slot_ids;
+  const int32_t* cu;
+  const __nv_bfloat16* q;
+  const __nv_bfloat16* k;
+  const __nv_bfloat16* v;
+  const float* g;
+  const float* beta;
+  __nv_bfloat16* o;
+};
+
+// Shared-memory carve-up of one block, in bytes from the start (all offsets 16-byte aligned).
+template <int BV, bool KDA>
+struct Smem {
+  static constexpr int kTile = kC * kLdK * 2;       // [64][136] bf16
+  static constexpr int q = 0;                       // normalised q (KDA: then Qg)
+  static constexpr int k = q + kTile;               // normalised k, then -Wk
+  static constexpr int kg = k + kTile;              // k e^G
+  static constexpr int kd = kg + kTile;             // k e^(Gn - G)
+  static constexpr int s = kd + kTile;              // state, bf16 [BV][136]
+  static constexpr int v = s + BV * kLdK * 2;       // values [64][BV + 8]
+  static constexpr int r1 = v + kC * (BV + 8) * 2;  // A fp32 [64][68], then U
+  static constexpr int r1_bytes = std::max(kC * kLdF * 4, kC*(BV + 8) * 2);
+  static constexpr int t = r1 + (r1_bytes + 15) / 16 * 16;  // T fp32 [64][68]
+  static constexpr int p = t + kC * kLdF * 4;               // P bf16 [64][72]
+  static constexpr int tb = p + kC * kLdC * 2;              // T diag(beta) bf16 [64][72]
+  static constexpr int gb = tb + kC * kLdC * 2;             // GDN G [64]; beta [64]; q norms [64]
+  static constexpr int gc = gb + 3 * kC * 4;                // KDA G [64][129]
+  static constexpr int bytes = gc + (KDA ? kC * kLdG * 4 : 0);
+};
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float (&f)[8]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    f[2 * i] = x.x, f[2 * i + 1] = x.y;
+  }
+}
+
+__device__ __forceinline__ uint4 float8_to_bf16x8(const float (&f)[8]) {
+  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]),
+                    pack_bf16x2(f[6], f[7]));
+}
+
+// Sum over the 16 lanes of a half warp.
+__device__ __forceinline__ float half_warp_sum(float x) {
+#pragma unroll
+  for (int m = 1; m < 16; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+template <typename StateT>
+__device__ __forceinline__ float2 load_pair(const StateT* p) {
+  if constexpr (sizeof(StateT) == 4) {
+    return *reinterpret_cast<const float2*>(p);
+  } else {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+  }
+}
+
+template <typename StateT>
+__device__ __forceinline__ void store_pair(StateT* p, float a, float b) {
+  if constexpr (sizeof(StateT) == 4)
+    *reinterpret_cast<float2*>(p) = make_float2(a, b);
+  else
+    *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(a, b);
+}
+
+// The fp32 16 x 16 blocks of T = (I + A)^-1 for unit lower-triangular I + A, A strictly lower in
+// `A` [64][kLdF]: diagonal blocks by forward substitution (warp w < 4: block w, lane l < 16:
+// column l), then off-diagonal blocks by block substitution, one block distance per barrier:
+// T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj. Upper blocks are not written. Ends with a barrier.
+__device__ void invert_unit_lower(const float* A, float* T, int warp, int lane) {
+  if (warp < 4 && lane < 16) {
+    const int b = warp * 16;
+    float x[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      float acc = r == lane ? 1.0f : 0.0f;
+#pragma unroll
+      for (int c = 0; c < r; ++c) acc = __fmaf_rn(-A[(b + r) * kLdF + b + c], x[c], acc);
+      x[r] = acc;
+    }
+#pragma unroll
+    for (int r = 0; r < 16; ++r) T[(b + r) * kLdF + b + lane] = x[r];
+  }
+  __syncthreads();
+  const int c = lane & 15, h = (lane >> 4) * 8;
+  for (int d = 1; d < 4; ++d) {
+    if (warp < 4 - d) {
+      const int i = (warp + d) * 16, j = warp * 16;
+      float m[8];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) m[r] = 0.0f;
+      for (int kb = j; kb < i; kb += 16)
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          const float tq = T[(kb + q) * kLdF + j + c];
+#pragma unroll
+          for (int r = 0; r < 8; ++r) m[r] = __fmaf_rn(A[(i + h + r) * kLdF + kb + q], tq, m[r]);
+        }
+#pragma unroll
+      for (int r = 0; r < 8; ++r) T[(i + h + r) * kLdF + j + c] = m[r];
+      __syncwarp();
+      float col[16];
+#pragma unroll
+      for (int q = 0; q < 16; ++q) col[q] = T[(i + q) * kLdF + j + c];
+      float out[8];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 16; ++q)
+          if (q <= h + r) acc = __fmaf_rn(T[(i + h + r) * kLdF + i + q], col[q], acc);
+        out[r] = -acc;
+      }
+      __syncwarp();
+#pragma unroll
+      for (int r = 0; r < 8; ++r) T[(i + h + r) * kLdF + j + c] = out[r];
+    }
+    __syncthreads();
+  }
+}
+
+template <int BV, bool KDA, typename StateT>
+__global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(ChunkParams p) {
+  using L = Smem<BV, KDA>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + L::q);
+  __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(smem + L::k);
+  __nv_bfloat16* skg = reinterpret_cast<__nv_bfloat16*>(smem + L::kg);
+  __nv_bfloat16* skd = reinterpret_cast<__nv_bfloat16*>(smem + L::kd);
+  __nv_bfloat16* ss = reinterpret_cast<__nv_bfloat16*>(smem + L::s);
+  __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + L::v);
+  float* sa = reinterpret_cast<float*>(smem + L::r1);
+  __nv_bfloat16* su = reinterpret_cast<__nv_bfloat16*>(smem + L::r1);
+  float* st = reinterpret_cast<float*>(smem + L::t);
+  __nv_bfloat16* sp = reinterpret_cast<__nv_bfloat16*>(smem + L::p);
+  __nv_bfloat16* stb = reinterpret_cast<__nv_bfloat16*>(smem + L::tb);
+  float* sG = reinterpret_cast<float*>(smem + L::gb);
+  float* sB = sG + kC;
+  float* sQn = sB + kC;
+  float* sGc = reinterpret_cast<float*>(smem + L::gc);
+  constexpr int kLdV = BV + 8;
+
+  const int seq = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * BV;
+  const int t_begin = p.cu[seq], t_end = p.cu[seq + 1];
+  if (t_end <= t_begin) return;
+  const int kh = h / (p.HV / p.H);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g8 = lane >> 2, t4 = lane & 3;
+  StateT* state = static_cast<StateT*>(p.pool) +
+                  ((static_cast<size_t>(p.slot_ids[seq]) * p.HV + h) * p.dv + v0) * kDk;
+
+  // The state tile [BV, 128] as accumulators: row block sm, columns sn0 .. sn0 + 8 NTS.
+  constexpr int kSRowBlocks = BV / 16, kNTS = 2 * kSRowBlocks;
+  const int sm = (warp % kSRowBlocks) * 16, sn0 = (warp / kSRowBlocks) * kNTS * 8;
+  float accS[kNTS][4];
+#pragma unroll
+  for (int n = 0; n < kNTS; ++n) {
+    const int col = sn0 + n * 8 + 2 * t4;
+    const float2 a = load_pair(state + (sm + g8) * kDk + col);
+    const float2 b = load_pair(state + (sm + g8 + 8) * kDk + col);
+    accS[n][0] = a.x, accS[n][1] = a.y, accS[n][2] = b.x, accS[n][3] = b.y;
+  }
+  store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
+
+  // Token-row tiles [64, N]: rows rm .. rm + 15, column half ch.
+  const int rm = (warp & 3) * 16, ch = warp >> 2;
+  constexpr int kNTU = BV / 16;  // n-tiles of a half of BV
+
+  for (int c0 = t_begin; c0 < t_end; c0 += kC) {
+    const int n = min(kC, t_end - c0);
+    __syncthreads();  // the previous chunk is done with shared memory (and Ss is written)
+
+    // 1a. q, k normalised (rows of 16 lanes x 8 channels), v, decays and beta.
+    uint4 qraw[4], kraw[4];
+    float kscale[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
+      qraw[i] = kraw[i] = make_uint4(0, 0, 0, 0);
+      if (row < n) {
+        const size_t off = (static_cast<size_t>(c0 + row) * p.H + kh) * kDk + seg * 8;
+        qraw[i] = *reinterpret_cast<const uint4*>(p.q + off);
+        kraw[i] = *reinterpret_cast<const uint4*>(p.k + off);
+      }
+      float qf[8], kf[8], qs = 0.0f, ks = 0.0f;
+      bf16x8_to_float(qraw[i], qf);
+      bf16x8_to_float(kraw[i], kf);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        qs = __fmaf_rn(qf[e], qf[e], qs), ks = __fmaf_rn(kf[e], kf[e], ks);
+      qs = half_warp_sum(qs), ks = half_warp_sum(ks);
+      const float qscale = p.qk_l2norm ? p.scale / sqrtf(qs + 1e-6f) : p.scale;
+      kscale[i] = p.qk_l2norm ? 1.0f / sqrtf(ks + 1e-6f) : 1.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        qf[e] = __fmul_rn(qf[e], qscale), kf[e] = __fmul_rn(kf[e], kscale[i]);
+      *reinterpret_cast<uint4*>(sq + row * kLdK + seg * 8) = float8_to_bf16x8(qf);
+      if constexpr (KDA) {
+        uint32_t* dst = reinterpret_cast<uint32_t*>(sk + row * kLdKda + seg * 8);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dst[e] = pack_bf16x2(kf[2 * e], kf[2 * e + 1]);
+        if (seg == 0) sQn[row] = qscale;
+      } else {
+        *reinterpret_cast<uint4*>(sk + row * kLdK + seg * 8) = float8_to_bf16x8(kf);
+      }
+    }
+    constexpr int kSegsV = BV / 8;
+    for (int idx = tid; idx < kC * kSegsV; idx += kThreads) {
+      const int row = idx / kSegsV, seg = idx % kSegsV;
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (row < n)
+        raw = *reinterpret_cast<const uint4*>(
+            p.v + (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + v0 + seg * 8);
+      *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) = raw;
+    }
+    if constexpr (KDA) {
+      if (tid < kDk) {  // column scan of g over the chunk, one key channel per thread
+        float acc = 0.0f;
+        const float* gcol = p.g + (static_cast<size_t>(c0) * p.HV + h) * kDk + tid;
+        for (int r = 0; r < kC; ++r) {
+          if (r < n) acc += gcol[static_cast<size_t>(r) * p.HV * kDk];
+          sGc[r * kLdG + tid] = acc;
+        }
+      } else if (tid < kDk + kC) {
+        const int r = tid - kDk;
+        sB[r] = r < n ? p.beta[static_cast<size_t>(c0 + r) * p.HV + h] : 0.0f;
+      }
+    } else if (warp == 0) {  // inclusive scan of g over the chunk, two tokens per lane
+      float lo = lane < n ? p.g[static_cast<size_t>(c0 + lane) * p.HV + h] : 0.0f;
+      float hi = lane + 32 < n ? p.g[static_cast<size_t>(c0 + lane + 32) * p.HV + h] : 0.0f;
+#pragma unroll
+      for (int m = 1; m < 32; m <<= 1) {
+        const float a = __shfl_up_sync(0xffffffffu, lo, m), b = __shfl_up_sync(0xffffffffu, hi, m);
+        if (lane >= m) lo += a, hi += b;
+      }
+      hi += __shfl_sync(0xffffffffu, lo, 31);
+      sG[lane] = lo, sG[lane + 32] = hi;
+      sB[lane] = lane < n ? p.beta[static_cast<size_t>(c0 + lane) * p.HV + h] : 0.0f;
+      sB[lane + 32] = lane + 32 < n ? p.beta[static_cast<size_t>(c0 + lane + 32) * p.HV + h] : 0.0f;
+    }
+    __syncthreads();
+
+    // 1b. Kg = k e^G and Kd = k e^(Gn - G), from the unrounded normalised k.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
+      float kf[8], kg[8], kd[8];
+      bf16x8_to_float(kraw[i], kf);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float kn = __fmul_rn(kf[e], kscale[i]);
+        float G, Gn;
+        if constexpr (KDA)
+          G = sGc[row * kLdG + seg * 8 + e], Gn = sGc[(n - 1) * kLdG + seg * 8 + e];
+        else
+          G = sG[row], Gn = sG[n - 1];
+        kg[e] = kn * expf(G), kd[e] = kn * expf(Gn - G);
+      }
+      *reinterpret_cast<uint4*>(skg + row * kLdK + seg * 8) = float8_to_bf16x8(kg);
+      *reinterpret_cast<uint4*>(skd + row * kLdK + seg * 8) = float8_to_bf16x8(kd);
+    }
+
+    // 2. A (fp32) and P (bf16), lower triangles.
+    if constexpr (KDA) {
+      for (int r = warp; r < kC; r += 8) {
+        const float beta_r = sB[r];
+        for (int half = 0; half < 2; ++half) {
+          const int s = lane + 32 * half;
+          float a = 0.0f, pq = 0.0f;
+          if (r < n && 32 * half <= r) {
+            for (int j = 0; j < kDk; ++j) {
+              const float gr = sGc[r * kLdG + j];
+              const float kr = __bfloat162float(sk[r * kLdKda + j]);
+              const float qr = __bfloat162float(sq[r * kLdK + j]);
+              const float ks = __bfloat162float(sk[s * kLdKda + j]);
+              const float e = s <= r ? expf(gr - sGc[s * kLdG + j]) * ks : 0.0f;
+              a = __fmaf_rn(kr, e, a), pq = __fmaf_rn(qr, e, pq);
+            }
+          }
+          sa[r * kLdF + s] = s < r ? beta_r * a : 0.0f;
+          sp[r * kLdC + s] = __float2bfloat16_rn(s <= r ? pq : 0.0f);
+        }
+      }
+    } else {
+      float accA[4][4] = {}, accP[4][4] = {};
+      const int cn0 = ch * 32;
+      if (cn0 <= rm + 15) {
+        warp_mma<4, kDk, false, false>(accA, sk, kLdK, rm, sk, kLdK, cn0, lane);
+        warp_mma<4, kDk, false, false>(accP, sq, kLdK, rm, sk, kLdK, cn0, lane);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = rm + g8 + (e >> 1) * 8, s = cn0 + nt * 8 + 2 * t4 + (e & 1);
+          const float dec = s <= r ? expf(sG[r] - sG[s]) : 0.0f;
+          sa[r * kLdF + s] = s < r ? sB[r] * dec * accA[nt][e] : 0.0f;
+          sp[r * kLdC + s] = __float2bfloat16_rn(dec * accP[nt][e]);
+        }
+    }
+    __syncthreads();
+
+    // 3. T = (I + A)^-1, Tb = T diag(beta); KDA: q becomes Qg = q e^G in place.
+    invert_unit_lower(sa, st, warp, lane);
+    for (int idx = tid; idx < kC * kC / 2; idx += kThreads) {
+      const int r = idx / (kC / 2), s = (idx % (kC / 2)) * 2;
+      const float x0 = s < r ? st[r * kLdF + s] : (s == r ? 1.0f : 0.0f);
+      const float x1 = s + 1 < r ? st[r * kLdF + s + 1] : (s + 1 == r ? 1.0f : 0.0f);
+      *reinterpret_cast<uint32_t*>(stb + r * kLdC + s) = pack_bf16x2(x0 * sB[s], x1 * sB[s + 1]);
+    }
+    if constexpr (KDA) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
+        float qf[8];
+        bf16x8_to_float(qraw[i], qf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          qf[e] = __fmul_rn(qf[e], sQn[row]) * expf(sGc[row * kLdG + seg * 8 + e]);
+        *reinterpret_cast<uint4*>(sq + row * kLdK + seg * 8) = float8_to_bf16x8(qf);
+      }
+    }
+    __syncthreads();
+
+    // 4. -Wk = -Tb Kg into k's place; U = Tb V; O = Qg S^T.
+    {
+      float accW[8][4] = {};
+      warp_mma<8, kC, false, true>(accW, stb, kLdC, rm, skg, kLdK, ch * 64, lane);
+      store_tile_bf16(accW, sk, kLdK, rm, ch * 64, lane, [](int) { return -1.0f; });
+    }
+    float accU[kNTU][4] = {}, accO[kNTU][4] = {};
+    const int un0 = ch * (BV / 2);
+    warp_mma<kNTU, kC, false, true>(accU, stb, kLdC, rm, sv, kLdV, un0, lane);
+    warp_mma<kNTU, kDk, false, false>(accO, sq, kLdK, rm, ss, kLdK, un0, lane);
+    if constexpr (!KDA) {
+      const float e0 = expf(sG[rm + g8]), e1 = expf(sG[rm + g8 + 8]);
+#pragma unroll
+      for (int nt = 0; nt < kNTU; ++nt)
+        accO[nt][0] *= e0, accO[nt][1] *= e0, accO[nt][2] *= e1, accO[nt][3] *= e1;
+    }
+    __syncthreads();
+
+    // 5. U += -Wk S^T.
+    warp_mma<kNTU, kDk, false, false>(accU, sk, kLdK, rm, ss, kLdK, un0, lane);
+    store_tile_bf16(accU, su, kLdV, rm, un0, lane, [](int) { return 1.0f; });
+    __syncthreads();
+
+    // 6. O += P U; S = S e^Gn + U^T Kd.
+    warp_mma<kNTU, kC, false, true>(accO, sp, kLdC, rm, su, kLdV, un0, lane);
+    if (p.o) {
+#pragma unroll
+      for (int nt = 0; nt < kNTU; ++nt) {
+        const int col = v0 + un0 + nt * 8 + 2 * t4;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = rm + g8 + hr * 8;
+          if (r < n)
+            *reinterpret_cast<uint32_t*>(p.o + (static_cast<size_t>(c0 + r) * p.HV + h) * p.dv +
+                                         col) = pack_bf16x2(accO[nt][2 * hr], accO[nt][2 * hr + 1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNTS; ++nt) {
+      float d0, d1;
+      if constexpr (KDA) {
+        const int col = sn0 + nt * 8 + 2 * t4;
+        d0 = expf(sGc[(n - 1) * kLdG + col]), d1 = expf(sGc[(n - 1) * kLdG + col + 1]);
+      } else {
+        d0 = d1 = expf(sG[n - 1]);
+      }
+      accS[nt][0] *= d0, accS[nt][1] *= d1, accS[nt][2] *= d0, accS[nt][3] *= d1;
+    }
+    warp_mma<kNTS, kC, true, true>(accS, su, kLdV, sm, skd, kLdK, sn0, lane);
+    store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
+  }
+
+#pragma unroll
+  for (int n = 0; n < kNTS; ++n) {
+    const int col = sn0 + n * 8 + 2 * t4;
+    store_pair(state + (sm + g8) * kDk + col, accS[n][0], accS[n][1]);
+    store_pair(state + (sm + g8 + 8) * kDk + col, accS[n][2], accS[n][3]);
+  }
+}
+
+template <int BV, bool KDA, typename StateT>
+void launch(const GatedDeltaPoolArgs& a, const ChunkParams& p, cudaStream_t stream) {
+  constexpr int bytes = Smem<BV, KDA>::bytes;
+  const void* kernel = reinterpret_cast<const void*>(chunked_prefill_kernel<BV, KDA, StateT>);
+  if (resident_blocks(kernel, kThreads, bytes) == 0)
+    fail("chunked_prefill_pool: the device cannot give {} bytes of shared memory to a block",
+         bytes);
+  const dim3 grid(a.num_seqs, a.HV, a.dv / BV);
+  chunked_prefill_kernel<BV, KDA, StateT><<<grid, kThreads, bytes, stream>>>(p);
+}
+
+template <int BV>
+void launch_tile(const GatedDeltaPoolArgs& a, const ChunkParams& p, cudaStream_t stream) {
+  const bool kda = a.gate == GateKind::kda, f32 = a.state_dtype == Dtype::fp32;
+  if (kda && f32)
+    launch<BV, true, float>(a, p, stream);
+  else if (kda)
+    launch<BV, true, __nv_bfloat16>(a, p, stream);
+  else if (f32)
+    launch<BV, false, float>(a, p, stream);
+  else
+    launch<BV, false, __nv_bfloat16>(a, p, stream);
+}
+
+void check_args(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
+  if (a.H <= 0 || a.HV <= 0 || a.dk <= 0 || a.dv <= 0)
+    fail("chunked_prefill_pool: H, HV, d_k, d_v must be positive (got {}, {}, {}, {})", a.H, a.HV,
+         a.dk, a.dv);
+  if (a.HV % a.H != 0) fail("chunked_prefill_pool: HV ({}) is not a multiple of H ({})", a.HV, a.H);
+  if (a.dk != kDk) fail("chunked_prefill_pool: d_k = {} is not supported (only 128)", a.dk);
+  if (a.dv % 32 != 0) fail("chunked_prefill_pool: d_v = {} is not a multiple of 32", a.dv);
+  if (opt.value_tile != 0 && opt.value_tile != 32 && opt.value_tile != 64)
+    fail("chunked_prefill_pool: value_tile = {} (0, 32 or 64)", opt.value_tile);
+  if (opt.value_tile != 0 && a.dv % opt.value_tile != 0)
+    fail("chunked_prefill_pool: value_tile = {} does not divide d_v = {}", opt.value_tile, a.dv);
+  if (a.num_seqs < 0) fail("chunked_prefill_pool: num_seqs = {}", a.num_seqs);
+  if (a.state_dtype != Dtype::fp32 && a.state_dtype != Dtype::bf16)
+    fail("chunked_prefill_pool: the state dtype must be fp32 or bf16");
+}
+
+}  // namespace
+
+int chunked_prefill_value_tile(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
+  if (opt.value_tile != 0) return opt.value_tile;
+  if (a.dv % 64 != 0) return 32;
+  const bool kda = a.gate == GateKind::kda;
+  const void* kernel =
+      kda ? reinterpret_cast<const void*>(chunked_prefill_kernel<64, true, float>)
+          : reinterpret_cast<const void*>(chunked_prefill_kernel<64, false, float>);
+  const int resident =
+      resident_blocks(kernel, kThreads, kda ? Smem<64, true>::bytes : Smem<64, false>::bytes);
+  const int64_t blocks = static_cast<int64_t>(a.num_seqs) * a.HV * (a.dv / 64);
+  return blocks >= resident ? 64 : 32;
+}
+
+void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt,
+                          cudaStream_t stream) {
+  check_args(a, opt);
+  if (a.num_seqs == 0) return;
+  const std::pair<const void*, const char*> required[] = {{a.state_pool, "state_pool"},
+                                                          {a.slot_ids, "slot_ids"},
+                                                          {a.cu_seqlens, "cu_seqlens"},
+                                                          {a.q, "q"},
+                                                          {a.k, "k"},
+                                                          {a.v, "v"},
+                                                          {a.g, "g"},
+                                                          {a.beta, "beta"}};
+  for (const auto& [pointer, name] : required)
+    if (!pointer) fail("chunked_prefill_pool: {} is null (a required device pointer)", name);
+  if (reinterpret_cast<uintptr_t>(a.state_pool) % 16 != 0)
+    fail("chunked_prefill_pool: state_pool is not 16-byte aligned");
+  ChunkParams p;
+  p.H = a.H, p.HV = a.HV, p.dv = a.dv;
+  p.qk_l2norm = a.qk_l2norm;
+  p.scale =
+      a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.dk)));
+  p.pool = a.state_pool;
+  p.slot_ids = a.slot_ids;
+  p.cu = a.cu_seqlens;
+  p.q = reinterpret_cast<const __nv_bfloat16*>(a.q);
+  p.k = reinterpret_cast<const __nv_bfloat16*>(a.k);
+  p.v = reinterpret_cast<const __nv_bfloat16*>(a.v);
+  p.g = a.g;
+  p.beta = a.beta;
+  p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
+  if (chunked_prefill_value_tile(a, opt) == 64)
+    launch_tile<64>(a, p, stream);
+  else
+    launch_tile<32>(a, p, stream);
+  STATECHECK_CUDA_CHECK_LAUNCH("chunked_prefill_pool");
+}
+
+double chunked_prefill_flops(const GatedDeltaPoolArgs& a, const std::vector<int32_t>& cu) {
+  double f = 0.0;
+  for (size_t s = 0; s + 1 < cu.size(); ++s)
+    f += chunked_delta_flops_per_head(cu[s + 1] - cu[s], kC, a.dk, a.dv);
+  return f * a.HV;
+}
+
+}  // namespace statecheck::cuda

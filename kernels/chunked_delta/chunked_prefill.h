@@ -1,0 +1,58 @@
+// Chunked prefill of the gated delta rule (GDN and KDA) over a state pool indexed by slot, on
+// tensor cores: the UT-transform form of core/recurrence/chunked_delta.h (docs/chunked_prefill.md
+// derives it and says how the kernel maps it), in chunks of 64 tokens.
+//
+// Same launch contract as gated_delta_pool (gated_delta_pool.h: shapes, layouts, dtypes, slot
+// ids, cu_seqlens offsets, GVA, in-kernel q/k L2 norm, the d_k^-1/2 default scale, o optional),
+// with two restrictions: d_k = 128 and d_v a multiple of 32. Each sequence's state is read from
+// its slot in fp32 or bf16, kept in fp32 across the chunks, and written back in the pool dtype
+// (round to nearest even for bf16); a sequence without tokens leaves its slot bit-identical, as
+// do slots not listed.
+//
+// Arithmetic: the matrix products run on bf16 operands with fp32 accumulation (mma.sync
+// m16n8k16): normalised q and k, the decayed k, the value rows, the state (a bf16 copy of the
+// fp32 state, per chunk), (I + A)^-1 diag(beta) and the chunk's pseudo-values U. A, its inverse
+// (16 x 16 diagonal blocks by forward substitution, off-diagonal blocks by block substitution),
+// the cumulative decays and the fp32 state are fp32. These are the roundings of
+// flash-linear-attention's chunk_gated_delta_rule; the results agree with the fp64 token loop to
+// within the bf16 tolerance of docs/chunked_prefill.md, not bit for bit.
+//
+// Parallelism: one block of 256 threads per (sequence, value head, tile of value_tile rows of
+// d_v); a block walks its sequence's chunks in order. KDA's intra-chunk products A and Q K^T,
+// whose decays differ per key channel, are summed elementwise (exp per term) instead of on
+// tensor cores.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "kernels/gated_delta/gated_delta_pool.h"
+
+namespace statecheck::cuda {
+
+constexpr int kChunkedPrefillChunk = 64;  // tokens per chunk
+
+struct ChunkedPrefillOptions {
+  // Rows of d_v per block: 32 or 64 (64 requires d_v % 64 == 0); 0 chooses: 64 when the launch
+  // then has at least as many blocks as are resident on the device at once, else 32 (more blocks
+  // for few long sequences, at the price of recomputing the d_v-independent part per tile).
+  int value_tile = 0;
+};
+
+// Launches the chunked kernel on `stream`. Throws statecheck::Error (before any device work) on
+// the argument errors gated_delta_pool refuses, on d_k != 128 or d_v % 32 != 0 (named), on a
+// value_tile other than 0, 32, 64 or not dividing d_v, or on a launch failure.
+void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt = {},
+                          cudaStream_t stream = nullptr);
+
+// The value tile chunked_prefill_pool uses for launch `a` on the current device (32 or 64).
+int chunked_prefill_value_tile(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt = {});
+
+// FLOP model of a launch with the given host cu_seqlens [num_seqs + 1]: per value head and
+// sequence, chunked_delta_flops_per_head (core/recurrence/chunked_delta.h) with chunks of 64,
+// summed. The d_v-independent products a value tile recomputes are counted once.
+double chunked_prefill_flops(const GatedDeltaPoolArgs& a, const std::vector<int32_t>& cu_seqlens);
+
+}  // namespace statecheck::cuda

@@ -1,0 +1,227 @@
+// The chunked prefill kernel (kernels/chunked_delta/chunked_prefill.h) against the fp64 token
+// loop and the fp64 chunked reference (core/recurrence/chunked_delta.h) on awkward shapes: T = 63,
+// lengths that are not multiples of the chunk, T = 1, an empty sequence, HV = 3H, d_v not a
+// multiple of the value tile, both value tiles (which must agree bit for bit: every element is
+// the same sums in the same order), fp32 and bf16 pools; NaN-prefilled outputs, guard regions,
+// untouched slots bit-identical, a launch without outputs, and the argument refusals.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+
+#include "core/dtype/bf16.h"
+#include "core/recurrence/chunked_delta.h"
+#include "core/recurrence/gated_delta.h"
+#include "kernels/chunked_delta/chunked_prefill.h"
+#include "kernels/gated_delta/gated_delta_pool_reference.h"
+#include "tests/error_of.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/pool_batch.h"
+
+using namespace statecheck;
+using namespace statecheck::cuda;
+using statecheck::cuda::testing::GpuTest;
+using statecheck::cuda::testing::Guarded;
+using statecheck::cuda::testing::make_pool_batch;
+using statecheck::cuda::testing::pool_value;
+using statecheck::test_support::error_of;
+
+namespace {
+
+constexpr int kSlots = 12;
+
+struct Case {
+  const char* name;
+  int H, HV, dv;
+  GateKind gate;
+  Dtype dtype;
+  std::vector<int> lengths;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
+
+struct Launch {
+  std::vector<float> pool32;
+  std::vector<uint16_t> pool16, o;  // o: 0xFFFF (bf16 NaN) where the kernel wrote nothing
+  bool guards_intact = false;
+};
+
+Launch launch(const Case& c, const HostPoolBatch& b, int value_tile, bool with_outputs) {
+  const int T = b.cu_seqlens.back();
+  Guarded<float> pool32(b.pool_fp32);
+  Guarded<uint16_t> pool16(b.pool_bf16);
+  Guarded<int32_t> ids(b.slot_ids), cu(b.cu_seqlens);
+  Guarded<uint16_t> q(b.q), k(b.k), v(b.v);
+  Guarded<float> g(b.g), beta(b.beta);
+  Guarded<uint16_t> o(std::vector<uint16_t>(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF));
+  GatedDeltaPoolArgs a;
+  a.num_seqs = static_cast<int>(b.slot_ids.size());
+  a.H = c.H, a.HV = c.HV, a.dk = 128, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
+  a.state_pool = c.dtype == Dtype::fp32 ? static_cast<void*>(pool32.data())
+                                        : static_cast<void*>(pool16.data());
+  a.pool_slots = kSlots;
+  a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
+  a.g = g.data(), a.beta = beta.data(), a.o = with_outputs ? o.data() : nullptr;
+  ChunkedPrefillOptions opt;
+  opt.value_tile = value_tile;
+  chunked_prefill_pool(a, opt);
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  Launch r;
+  r.pool32 = pool32.download(), r.pool16 = pool16.download(), r.o = o.download();
+  r.guards_intact = pool32.guard_intact() && pool16.guard_intact() && o.guard_intact();
+  return r;
+}
+
+double rel_frobenius(const std::vector<double>& x, const std::vector<double>& ref) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    d += (x[i] - ref[i]) * (x[i] - ref[i]), n += ref[i] * ref[i];
+  return std::sqrt(d / n);
+}
+
+// tol16 (scripts/crosscheck.py, docs/chunked_prefill.md): the kernel's paths to an output or a
+// final state chain at most four bf16 roundings of its operands (the normalised keys and queries,
+// T diag(beta), the pseudo-values U, the bf16 copy of the state), each off by at most 2^-8 of the
+// value, plus fp32 accumulation far below that.
+const double kTol16 = 4.0 * std::ldexp(1.0, -8);
+
+class ChunkedPrefill : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(ChunkedPrefill, MatchesFp64LoopAndChunkedReference) {
+  const Case c = GetParam();
+  const HostPoolBatch before =
+      make_pool_batch(c.H, c.HV, 128, c.dv, c.gate, c.dtype, c.lengths, true, kSlots, 2026);
+  const Launch run = launch(c, before, 0, true);
+  EXPECT_TRUE(run.guards_intact) << "write past the pool or the outputs";
+  HostPoolBatch got = before;
+  got.pool_fp32 = run.pool32, got.pool_bf16 = run.pool16;
+
+  const RecurrenceShape shape = pool_batch_shape(before);
+  const size_t head = static_cast<size_t>(c.dv) * 128, slot_elems = head * c.HV;
+  std::vector<int> seq_of_slot(kSlots, -1);
+  for (size_t n = 0; n < before.slot_ids.size(); ++n)
+    seq_of_slot[before.slot_ids[n]] = static_cast<int>(n);
+  for (int slot = 0; slot < kSlots; ++slot) {
+    const size_t base = slot * slot_elems;
+    const int n = seq_of_slot[slot];
+    const int len = n < 0 ? 0 : before.cu_seqlens[n + 1] - before.cu_seqlens[n];
+    if (len == 0) {  // not listed, or a sequence without tokens: bit for bit as before
+      const bool same =
+          c.dtype == Dtype::fp32
+              ? std::memcmp(&got.pool_fp32[base], &before.pool_fp32[base], slot_elems * 4) == 0
+              : std::equal(got.pool_bf16.begin() + base, got.pool_bf16.begin() + base + slot_elems,
+                           before.pool_bf16.begin() + base);
+      EXPECT_TRUE(same) << "slot " << slot << " changed without tokens";
+      continue;
+    }
+    const LayerInputs in = pool_batch_sequence_inputs(before, n);
+    std::vector<double> S0(slot_elems), S_loop, S_chunk, S_gpu(slot_elems);
+    for (size_t e = 0; e < slot_elems; ++e) {
+      S0[e] = pool_value(before, base + e);
+      S_gpu[e] = pool_value(got, base + e);
+      ASSERT_TRUE(std::isfinite(S_gpu[e])) << "slot " << slot << " element " << e;
+    }
+    S_loop = S0, S_chunk = S0;
+    const size_t outs = static_cast<size_t>(len) * c.HV * c.dv;
+    std::vector<double> o_loop(outs), o_chunk(outs), o_gpu(outs);
+    gated_delta_layer_fp64(shape, in, 0, len, S_loop.data(), o_loop.data());
+    gated_delta_layer_chunked_fp64(shape, in, 0, len, kChunkedPrefillChunk, S_chunk.data(),
+                                   o_chunk.data());
+    const size_t o0 = static_cast<size_t>(before.cu_seqlens[n]) * c.HV * c.dv;
+    for (size_t e = 0; e < outs; ++e) {
+      o_gpu[e] = float_from_bf16_bits(run.o[o0 + e]);
+      ASSERT_TRUE(std::isfinite(o_gpu[e])) << "sequence " << n << " output " << e << " not written";
+    }
+    // The two fp64 forms agree to rounding, so a failure below is the kernel's.
+    ASSERT_LT(rel_frobenius(S_chunk, S_loop), 1e-12);
+    ASSERT_LT(rel_frobenius(o_chunk, o_loop), 1e-12);
+    // The state moved well beyond the tolerance, so the state check can fail.
+    ASSERT_GT(rel_frobenius(S0, S_loop), 4 * kTol16) << "sequence " << n;
+    const double err_state = rel_frobenius(S_gpu, S_loop), err_o = rel_frobenius(o_gpu, o_loop);
+    EXPECT_LE(err_state, kTol16) << "sequence " << n << " final state";
+    EXPECT_LE(err_o, kTol16) << "sequence " << n << " outputs";
+    std::printf("  %s sequence %d (%d tokens): final state %.3g, outputs %.3g of tol16 %.3g\n",
+                c.name, n, len, err_state, err_o, kTol16);
+  }
+  // Outputs exist for the batch's tokens only; the buffer has no slack, so every entry is checked.
+  EXPECT_EQ(run.o.size(), static_cast<size_t>(before.cu_seqlens.back()) * c.HV * c.dv);
+}
+
+TEST_P(ChunkedPrefill, ValueTilesAgreeBitForBitAndOutputsAreOptional) {
+  const Case c = GetParam();
+  const HostPoolBatch b =
+      make_pool_batch(c.H, c.HV, 128, c.dv, c.gate, c.dtype, c.lengths, true, kSlots, 77);
+  const Launch t32 = launch(c, b, 32, true);
+  const Launch bare = launch(c, b, 32, false);
+  EXPECT_EQ(t32.pool32, bare.pool32);
+  EXPECT_EQ(t32.pool16, bare.pool16);
+  EXPECT_TRUE(std::all_of(bare.o.begin(), bare.o.end(), [](uint16_t x) { return x == 0xFFFF; }))
+      << "outputs written although o is null";
+  if (c.dv % 64 != 0) return;
+  const Launch t64 = launch(c, b, 64, true);
+  EXPECT_TRUE(t64.guards_intact);
+  EXPECT_EQ(0, std::memcmp(t32.pool32.data(), t64.pool32.data(), t32.pool32.size() * 4));
+  EXPECT_EQ(t32.pool16, t64.pool16);
+  EXPECT_EQ(t32.o, t64.o);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ChunkedPrefill,
+    ::testing::Values(
+        Case{"gdn_H2_HV2_T63", 2, 2, 128, GateKind::gdn, Dtype::fp32, {63}},
+        Case{"gdn_H2_HV6_mixed", 2, 6, 128, GateKind::gdn, Dtype::fp32, {65, 1, 130, 0, 200, 64}},
+        Case{"gdn_H2_HV6_mixed_bf16", 2, 6, 128, GateKind::gdn, Dtype::bf16, {65, 1, 0, 129}},
+        Case{"gdn_H1_HV3_dv96", 1, 3, 96, GateKind::gdn, Dtype::fp32, {100, 37}},
+        Case{"gdn_H2_HV2_dv64_T1", 2, 2, 64, GateKind::gdn, Dtype::fp32, {1, 1, 1}},
+        Case{"gdn_H4_HV4_long", 4, 4, 128, GateKind::gdn, Dtype::fp32, {1000}},
+        Case{"kda_H2_HV2_T63", 2, 2, 128, GateKind::kda, Dtype::fp32, {63}},
+        Case{"kda_H1_HV3_mixed_bf16_dv64", 1, 3, 64, GateKind::kda, Dtype::bf16, {65, 1, 0, 140}},
+        Case{"kda_H2_HV2_dv32_long", 2, 2, 32, GateKind::kda, Dtype::fp32, {513, 2}}),
+    case_name);
+
+GatedDeltaPoolArgs refusal_args() {
+  GatedDeltaPoolArgs a;
+  a.num_seqs = 1, a.H = 2, a.HV = 4, a.dk = 128, a.dv = 128;
+  return a;
+}
+
+// The checks come before any device work, so these run without a GPU.
+TEST(ChunkedPrefillArgs, RefusesShapesItDoesNotRun) {
+  GatedDeltaPoolArgs a = refusal_args();
+  a.dk = 64;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a); }).find("d_k = 64"), std::string::npos);
+  a = refusal_args(), a.dv = 48;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a); }).find("d_v = 48"), std::string::npos);
+  a = refusal_args(), a.HV = 3;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a); }).find("HV (3)"), std::string::npos);
+  a = refusal_args(), a.dv = 96;
+  ChunkedPrefillOptions opt;
+  opt.value_tile = 64;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a, opt); }).find("does not divide d_v = 96"),
+            std::string::npos);
+  opt.value_tile = 48;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a, opt); }).find("value_tile = 48"),
+            std::string::npos);
+  a = refusal_args(), a.num_seqs = -1;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a); }).find("num_seqs = -1"), std::string::npos);
+  a = refusal_args();  // valid shape, no pointers
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a); }).find("state_pool is null"),
+            std::string::npos);
+}
+
+TEST(ChunkedPrefillArgs, FlopModelSumsTheChunksOfEverySequence) {
+  GatedDeltaPoolArgs a = refusal_args();
+  // Two sequences, 64 and 65 tokens: chunks of 64, 64 and 1. Per chunk of n: 4 n^2 d_k +
+  // 3 n^2 d_v + 6 n d_k d_v with d_k = d_v = 128.
+  auto chunk = [](double n) { return 4 * n * n * 128 + 3 * n * n * 128 + 6 * n * 128 * 128; };
+  EXPECT_DOUBLE_EQ(chunked_prefill_flops(a, {0, 64, 129}), 4 * (2 * chunk(64) + chunk(1)));
+}
+
+}  // namespace
