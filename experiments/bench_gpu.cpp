@@ -28,6 +28,7 @@
 #include "kernels/codec/checkpoint_codec.h"
 #include "kernels/common/bandwidth.h"
 #include "kernels/common/device.h"
+#include "kernels/common/mma_peak.h"
 #include "kernels/common/timing.h"
 #include "kernels/gated_delta/gated_delta_pool.h"
 #include "kernels/gated_delta/gated_delta_pool_reference.h"
@@ -364,6 +365,10 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
   if (o.bench_codec) bench_codecs(m, o, timer, rows, repeats);
   if (o.bench_recurrence) bench_recurrence(o, timer, rows, repeats);
   if (o.bench_ws) bench_working_state(o, timer, rows, repeats);
+  if (o.bench_chunked) bench_chunked_prefill(o, timer, rows, repeats);
+  const bool tensor_rows =
+      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.tensor_core; });
+  const double mma_tflops = tensor_rows ? measure_mma_bf16_tflops(timer, repeats) : 0.0;
   time_same_size_copies(timer, rows, repeats);
   time_same_mix_streams(timer, rows, repeats);
 
@@ -447,6 +452,28 @@ void gpu_bench(const Options& o, const ModelConfig& m, H5Writer& file, Summary& 
                         "sequence tokens processed per second");
       summary.set("bench." + r.name + ".tokens_per_s", r.tokens / (r.ms * 1e-3));
     }
+  }
+  if (!tensor_rows) return;
+  file.write_scalar(g + "/mma_bf16_tflops", mma_tflops, "TFLOP/s",
+                    "mma.sync m16n8k16 bf16 with fp32 accumulation from registers, full grid "
+                    "(kernels/common/mma_peak.h): the ceiling of kernels built on it");
+  summary.set("bench.mma_bf16.tflops", mma_tflops);
+  fmt::print(
+      "  tensor-core rows: FLOPs by the row's model, against the mma.sync bf16 peak of this "
+      "run, {:.1f} TFLOP/s\n  {:<46} {:>10} {:>12} {:>10} {:>12}  {}\n",
+      mma_tflops, "kernel", "time us", "tokens/s", "TFLOP/s", "of mma peak", "variant");
+  for (const auto& r : rows) {
+    if (!r.tensor_core) continue;
+    const double tflops = r.flops / (r.ms * 1e-3) / 1e12;
+    fmt::print("  {:<46} {:>10.1f} {:>12.4g} {:>10.1f} {:>11.1f}%  {}\n", r.name, r.ms * 1e3,
+               r.tokens / (r.ms * 1e-3), tflops, 100 * tflops / mma_tflops, r.kernel);
+    const std::string k = g + "/" + r.name;
+    file.write_scalar(k + "/flops", r.flops, "FLOP", "FLOPs of the row's FLOP model");
+    file.write_scalar(k + "/tflops", tflops, "TFLOP/s", "FLOP model / median time");
+    file.write_scalar(k + "/fraction_of_mma_peak", tflops / mma_tflops, "1",
+                      "TFLOP/s over the mma.sync bf16 peak of this run");
+    summary.set("bench." + r.name + ".tflops", tflops);
+    summary.set("bench." + r.name + ".fraction_of_mma_peak", tflops / mma_tflops);
   }
 }
 

@@ -27,6 +27,9 @@ struct Row {
   double read_bytes = 0, write_bytes = 0;
   double mix_bytes = 0, ms_mix = 0, ms_mix_memset_flush = 0;
   std::string kernel = {};  // the kernel variant that ran, where a launch chooses among several
+  // Compute-bound work on tensor cores: also reported in TFLOP/s (flops by the row's FLOP model)
+  // against the mma.sync peak of the same run (kernels/common/mma_peak.h).
+  bool tensor_core = false;
   void set_times(const cuda::TimingStats& t) {
     ms = t.median_ms;
     ms_memset_flush = t.memset_flush_median_ms;
@@ -56,5 +59,14 @@ struct DecodeShape {
 // model: ws_decode_bytes (codes and scales read and written once, token inputs and outputs).
 void bench_working_state(const Options& o, cuda::GpuTimer& timer, std::vector<Row>& rows,
                          int repeats);
+
+// Chunked prefill (kernels/chunked_delta/chunked_prefill.h) at batch x length 64 x 256, 8 x 4096
+// and 1 x 32768 (quick: 16 x 64 and 2 x 512) on the GDN and KDA shapes, fp32 state, each next to
+// the recurrent prefill (gated_delta_pool) of the same inputs. Validated before timing: the
+// chunked outputs and final states against the recurrent kernel's (itself checked against the CPU
+// reference by bench_recurrence), relative Frobenius error within tol16 = 4 x 2^-8. Rows carry
+// the byte model of gated_delta_pool_bytes and, for the chunked kernel, chunked_prefill_flops.
+void bench_chunked_prefill(const Options& o, cuda::GpuTimer& timer, std::vector<Row>& rows,
+                           int repeats);
 
 }  // namespace statecheck::bench_rows

@@ -176,7 +176,7 @@ struct OptionText {
   std::string trace_bad_lines = "reject";
   std::string policy = "lru";
   std::string k_list;
-  std::string bench_sections = "codec,recurrence,ws";
+  std::string bench_sections = "codec,recurrence,ws,chunked";
 };
 
 struct OptionGroups {
@@ -233,7 +233,7 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   numeric("bench-sections", po::value(&t.bench_sections)->default_value(t.bench_sections),
           "bench --device cuda: comma list of the kernel sections timed (codec: checkpoint "
           "store and load; recurrence: fp32 / bf16 state decode and prefill; ws: working-state "
-          "decode)");
+          "decode; chunked: chunked prefill next to the recurrent one)");
   numeric("chain-layers", po::value(&o.chain_layers)->default_value(0),
           "chain: layers measured (0: all, quick 2)");
 
@@ -342,7 +342,7 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
                                        {{"reject", BadLines::reject}, {"skip", BadLines::skip}});
   o.policies = parse_policy_list(t.policy);
   o.k_list = parse_k_list(t.k_list);
-  o.bench_codec = o.bench_recurrence = o.bench_ws = false;
+  o.bench_codec = o.bench_recurrence = o.bench_ws = o.bench_chunked = false;
   for (const std::string& name : comma_items(t.bench_sections)) {
     if (name == "codec")
       o.bench_codec = true;
@@ -350,10 +350,12 @@ void resolve_typed(const OptionText& t, bool drive_given, Options& o) {
       o.bench_recurrence = true;
     else if (name == "ws")
       o.bench_ws = true;
+    else if (name == "chunked")
+      o.bench_chunked = true;
     else if (name.empty())
       fail("--bench-sections '{}': an empty section name", t.bench_sections);
     else
-      fail("--bench-sections: '{}' is not a section (codec, recurrence, ws)", name);
+      fail("--bench-sections: '{}' is not a section (codec, recurrence, ws, chunked)", name);
   }
   if (drive_given)
     o.drive = parse_drive(t.drive, t.states, t.inputs);

@@ -61,8 +61,9 @@ struct Options {
   int decode = 0;           // codec: decode steps after restore (0: 128, quick 32)
   int chain_tokens = 2048;  // chain: T
   int chain_layers = 0;     // chain: layers measured (0: all; quick: 2)
-  // bench --device cuda: the kernel sections timed (codec, recurrence, ws); all by default.
-  bool bench_codec = true, bench_recurrence = true, bench_ws = true;
+  // bench --device cuda: the kernel sections timed (codec, recurrence, ws, chunked); all by
+  // default.
+  bool bench_codec = true, bench_recurrence = true, bench_ws = true, bench_chunked = true;
 
   // Cache experiments (docs/experiments.md, "Common interface").
   int active_slots = 256;

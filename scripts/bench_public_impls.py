@@ -7,7 +7,9 @@
      back), for N in {1, 8, 64} slots of the Qwen3.5-35B-A3B TP-4 state (30 layers, 8 heads,
      128 x 128, fp32 and bf16 active dtype).
   2. With --fla PATH (a local flash-linear-attention checkout): its fused_recurrent GDN and KDA
-     kernels at decode batch {1, 32, 256} on the GDN (H 16, HV 32) and KDA (H = HV = 32) shapes.
+     kernels at decode batch {1, 32, 256} on the GDN (H 16, HV 32) and KDA (H = HV = 32) shapes;
+     and its chunked prefill kernels (chunk_gated_delta_rule, chunk_kda) next to fused_recurrent at
+     batch x length 64 x 256, 8 x 4096 and 1 x 32768 (prefill_* rows, with tokens/s).
   3. A working-state decode step written with PyTorch ops (the unfused pipeline: gather the
      batch's slots, dequantize, the FLA-style fp32 step with q/k L2 norm, requantize with the
      per-key-channel scale, scatter back) for int8, int8-sr, fp8_e4m3, fp8_e4m3-sr and bf16-sr
@@ -223,6 +225,56 @@ def bench_fla(path, dev, repeats, flush, copy_gbps, rows):
                             measure(run, repeats, flush), copy_gbps))
 
 
+def bench_fla_prefill(path, dev, repeats, flush, copy_gbps, rows):
+    """FLA's chunked kernels (chunk_gated_delta_rule, chunk_kda) and fused_recurrent at batch x
+    length 64 x 256, 8 x 4096 and 1 x 32768 on the GDN and KDA shapes, fp32 initial and final
+    states, bf16 inputs, q/k L2 norm in the kernel; names match statecheck's
+    `prefill_chunked_<shape>_fp32_state_B<B>_T<T>` and `prefill_recurrent_...` rows, with the same
+    byte model, so the GB/s ratio is the speed ratio."""
+    sys.path.insert(0, path)
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla.ops.gated_delta_rule.fused_recurrent import fused_recurrent_gated_delta_rule_fwd
+    from fla.ops.kda import chunk_kda
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    K = V = 128
+    for shape, H, HVx, kda in (("gdn_H16_HV32", 16, 32, False), ("kda_H32_HV32", 32, 32, True)):
+        for B, T in ((64, 256), (8, 4096), (1, 32768)):
+            q = (torch.randn(B, T, H, K, device=dev) * 0.5).bfloat16()
+            k = (torch.randn(B, T, H, K, device=dev) * 0.5).bfloat16()
+            v = (torch.randn(B, T, HVx, V, device=dev) * 0.5).bfloat16()
+            beta = torch.rand(B, T, HVx, device=dev)
+            g = (-torch.rand(B, T, HVx, K, device=dev) * 0.1 - 0.005 if kda
+                 else -torch.rand(B, T, HVx, device=dev) * 0.1)
+            h0 = torch.randn(B, HVx, K, V, device=dev) * 0.06
+            per_token = 2 * (2 * H * K + HVx * V) + 4 * (HVx * K if kda else HVx) + 4 * HVx + 2 * HVx * V
+            nbytes = 2.0 * B * HVx * K * V * 4 + per_token * B * T
+            if kda:
+                def chunk():
+                    chunk_kda(q=q, k=k, v=v, g=g, beta=beta, scale=K ** -0.5, initial_state=h0,
+                              output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+                def recurrent():
+                    fused_recurrent_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=K ** -0.5, initial_state=h0,
+                                            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=None)
+            else:
+                def chunk():
+                    chunk_gated_delta_rule(q=q, k=k, v=v, g=g, beta=beta, scale=K ** -0.5, initial_state=h0,
+                                           output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+                def recurrent():
+                    fused_recurrent_gated_delta_rule_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=K ** -0.5,
+                                                         initial_state=h0, output_final_state=True,
+                                                         use_qk_l2norm_in_kernel=True)
+            for impl, kind, fn in (("fla_chunk", "chunked", chunk), ("fla_fused_recurrent", "recurrent", recurrent)):
+                with torch.no_grad():
+                    r = row(impl, f"prefill_{kind}_{shape}_fp32_state_B{B}_T{T}", nbytes,
+                            measure(fn, repeats, flush), copy_gbps)
+                r["tokens_per_s"] = B * T / (r.get("graph_ms", r["ms"]) * 1e-3)
+                print(f"  {impl} {r['name']}: {r['tokens_per_s'] / 1e6:.2f}M tokens/s", file=sys.stderr)
+                rows.append(r)
+
+
 def bench_ws_torch(dev, repeats, flush, copy_gbps, rows):
     """Working-state decode as PyTorch ops; byte model of kernels/working_state/ws_decode.h."""
     K = V = 128
@@ -306,6 +358,7 @@ def main():
     bench_ws_torch(dev, args.repeats, flush, copy_gbps, rows)
     if args.fla:
         bench_fla(args.fla, dev, args.repeats, flush, copy_gbps, rows)
+        bench_fla_prefill(args.fla, dev, args.repeats, flush, copy_gbps, rows)
     ours = {}
     if args.statecheck_h5:
         import h5py
