@@ -82,8 +82,10 @@ double percentile(std::vector<double> v, double p) {
   file.group(gname);
   file.attr(gname, "device", backend.description());
   file.attr(gname, "work",
-            std::string("linear-attention state work only: copy-on-write + recurrent prefill of "
-                        "the uncached tokens, all linear layers, project kernels"));
+            std::string("linear-attention state work only: copy-on-write + chunked prefill of "
+                        "the uncached tokens (chunked_prefill_pool; the recurrent kernel where "
+                        "the chunked one does not take the shape), all linear layers, project "
+                        "kernels"));
   file.write_scalar(gname + "/donate_ms", percentile(donate_ms, 0.5), "ms",
                     "median time of one int8 donate (checkpoint_store of one slot, all layers)");
   summary.set("capacity.cuda.donate_ms", percentile(donate_ms, 0.5));

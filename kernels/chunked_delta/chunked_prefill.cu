@@ -321,7 +321,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(ChunkParam
               const float kr = __bfloat162float(sk[r * kLdKda + j]);
               const float qr = __bfloat162float(sq[r * kLdK + j]);
               const float ks = __bfloat162float(sk[s * kLdKda + j]);
-              const float e = s <= r ? expf(gr - sGc[s * kLdG + j]) * ks : 0.0f;
+              // ex2.approx (relative error ~2^-22), far below the bf16 roundings of the products.
+              const float e = s <= r ? __expf(gr - sGc[s * kLdG + j]) * ks : 0.0f;
               a = __fmaf_rn(kr, e, a), pq = __fmaf_rn(qr, e, pq);
             }
           }
@@ -472,6 +473,11 @@ void check_args(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
 }
 
 }  // namespace
+
+bool chunked_prefill_supported(const GatedDeltaPoolArgs& a) {
+  return a.dk == kDk && a.dv > 0 && a.dv % 32 == 0 &&
+         (a.state_dtype == Dtype::fp32 || a.state_dtype == Dtype::bf16);
+}
 
 int chunked_prefill_value_tile(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
   if (opt.value_tile != 0) return opt.value_tile;

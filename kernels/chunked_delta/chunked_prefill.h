@@ -47,6 +47,9 @@ struct ChunkedPrefillOptions {
 void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt = {},
                           cudaStream_t stream = nullptr);
 
+// True when the kernel takes launch `a`'s shape: d_k = 128, d_v % 32 == 0, a fp32 or bf16 state.
+bool chunked_prefill_supported(const GatedDeltaPoolArgs& a);
+
 // The value tile chunked_prefill_pool uses for launch `a` on the current device (32 or 64).
 int chunked_prefill_value_tile(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt = {});
 

@@ -5,6 +5,7 @@
 
 #include "core/drive/drive.h"
 #include "core/util/error.h"
+#include "kernels/chunked_delta/chunked_prefill.h"
 #include "kernels/codec/checkpoint_codec.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
@@ -117,8 +118,9 @@ class CudaServingBackend : public ServingBackend {
                      1, nullptr, stream_);
   }
 
-  // Recurrent prefill of sequences of `lens` tokens (packed from the stream's start) into
-  // `slot_ids`, every linear layer.
+  // Prefill of sequences of `lens` tokens (packed from the stream's start) into `slot_ids`, every
+  // linear layer: the chunked kernel, as engines prefill (d_k = 128, d_v % 32 == 0), else the
+  // recurrent one.
   void prefill(const std::vector<int64_t>& lens, const int32_t* slot_ids) {
     std::vector<int32_t> cu_host(lens.size() + 1, 0);
     int64_t longest = 0;
@@ -132,10 +134,13 @@ class CudaServingBackend : public ServingBackend {
     for (int l = 0; l < s_.layers; ++l) {
       uint8_t* pool =
           active_.data() + static_cast<size_t>(l) * layer_elems_ * dtype_bytes(s_.temporal);
-      gated_delta_pool(
+      const GatedDeltaPoolArgs a =
           pool_args(s_.layer, s_.temporal, pool, slots_, in_, 0, static_cast<int>(lens.size()),
-                    slot_ids, cu_.data(), nullptr, static_cast<int>(longest)),
-          stream_);
+                    slot_ids, cu_.data(), nullptr, static_cast<int>(longest));
+      if (chunked_prefill_supported(a))
+        chunked_prefill_pool(a, {}, stream_);
+      else
+        gated_delta_pool(a, stream_);
     }
   }
 

@@ -1,7 +1,8 @@
 // The CUDA serving backend (core/backend/serving_backend.h): the pools in device memory, hits
 // through checkpoint_load (int8: dequantize; bf16: the slot copy), misses and suffixes through
-// gated_delta_pool (recurrent prefill), donates through checkpoint_store, CUDA events around each
-// timed piece of work on one stream.
+// chunked_prefill_pool (the chunked prefill engines run; gated_delta_pool's recurrent prefill for
+// shapes the chunked kernel does not take), donates through checkpoint_store, CUDA events around
+// each timed piece of work on one stream.
 #pragma once
 
 #include <memory>

@@ -216,6 +216,19 @@ TEST(ChunkedPrefillArgs, RefusesShapesItDoesNotRun) {
             std::string::npos);
 }
 
+TEST(ChunkedPrefillArgs, SupportedShapesAreTheOnesTheChecksLetThrough) {
+  GatedDeltaPoolArgs a = refusal_args();
+  EXPECT_TRUE(chunked_prefill_supported(a));
+  a.state_dtype = Dtype::bf16;
+  EXPECT_TRUE(chunked_prefill_supported(a));
+  a.dv = 96;
+  EXPECT_TRUE(chunked_prefill_supported(a));
+  a.dv = 48;
+  EXPECT_FALSE(chunked_prefill_supported(a));
+  a = refusal_args(), a.dk = 64;
+  EXPECT_FALSE(chunked_prefill_supported(a));
+}
+
 TEST(ChunkedPrefillArgs, FlopModelSumsTheChunksOfEverySequence) {
   GatedDeltaPoolArgs a = refusal_args();
   // Two sequences, 64 and 65 tokens: chunks of 64, 64 and 1. Per chunk of n: 4 n^2 d_k +
