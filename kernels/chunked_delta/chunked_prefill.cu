@@ -23,7 +23,7 @@
 #include "core/recurrence/chunked_delta.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
-#include "kernels/common/mma_bf16.cuh"
+#include "kernels/common/mma_sync.cuh"
 
 namespace statecheck::cuda {
 
@@ -36,7 +36,10 @@ constexpr int kLdK = kDk + 8;    // bf16 row stride of [64][128] tiles (ldmatrix
 constexpr int kLdKda = kDk + 2;  // KDA's raw k rows: 65 words, column reads without conflicts
 constexpr int kLdC = kC + 8;     // bf16 row stride of [64][64] tiles
 constexpr int kLdF = kC + 4;     // fp32 row stride of A and T
-constexpr int kLdG = kDk + 1;    // fp32 row stride of KDA's cumulative decays
+constexpr int kLdG = kDk + 1;
+// KDA: the largest |G_r - G_m| (cumulative log decays of a row and its 16-row block's middle row)
+// for which the intra-chunk products run on tensor cores (step 2).
+constexpr float kSafeSpan = 40.0f;  // fp32 row stride of KDA's cumulative decays
 
 struct ChunkParams {
   int H, HV, dv;
@@ -111,10 +114,13 @@ __device__ __forceinline__ void store_pair(StateT* p, float a, float b) {
     *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(a, b);
 }
 
-// The fp32 16 x 16 blocks of T = (I + A)^-1 for unit lower-triangular I + A, A strictly lower in
-// `A` [64][kLdF]: diagonal blocks by forward substitution (warp w < 4: block w, lane l < 16:
-// column l), then off-diagonal blocks by block substitution, one block distance per barrier:
-// T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj. Upper blocks are not written. Ends with a barrier.
+// The 16 x 16 blocks of T = (I + A)^-1 for unit lower-triangular I + A, A strictly lower in `A`
+// [64][kLdF], into `T` [64][kLdF] (blocks on and below the diagonal; the diagonal blocks' upper
+// parts are written as zeros, the blocks above them are not touched). Diagonal blocks by forward
+// substitution in fp32 (warp w < 4: block w, lane l < 16: column l). Then block row i = 1, 2, 3
+// after one another, T_i,0..i-1 = -T_ii (A_i,0..i-1 T_0..i-1,0..i-1), on tensor cores with tf32
+// operands (warp w < 2 i: the 8 columns 8 w ..; rows of T above a column's diagonal are zero, so
+// its product starts there). Ends with a barrier.
 __device__ void invert_unit_lower(const float* A, float* T, int warp, int lane) {
   if (warp < 4 && lane < 16) {
     const int b = warp * 16;
@@ -130,38 +136,34 @@ __device__ void invert_unit_lower(const float* A, float* T, int warp, int lane) 
     for (int r = 0; r < 16; ++r) T[(b + r) * kLdF + b + lane] = x[r];
   }
   __syncthreads();
-  const int c = lane & 15, h = (lane >> 4) * 8;
-  for (int d = 1; d < 4; ++d) {
-    if (warp < 4 - d) {
-      const int i = (warp + d) * 16, j = warp * 16;
-      float m[8];
-#pragma unroll
-      for (int r = 0; r < 8; ++r) m[r] = 0.0f;
-      for (int kb = j; kb < i; kb += 16)
-#pragma unroll
-        for (int q = 0; q < 16; ++q) {
-          const float tq = T[(kb + q) * kLdF + j + c];
-#pragma unroll
-          for (int r = 0; r < 8; ++r) m[r] = __fmaf_rn(A[(i + h + r) * kLdF + kb + q], tq, m[r]);
-        }
-#pragma unroll
-      for (int r = 0; r < 8; ++r) T[(i + h + r) * kLdF + j + c] = m[r];
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 1; i < 4; ++i) {
+    const int r0 = 16 * i, n0 = warp * 8;
+    if (n0 < r0) {
+      float m[4] = {};
+      for (int k0 = n0; k0 < r0; k0 += 8) {
+        const uint32_t a[4] = {
+            to_tf32(A[(r0 + g) * kLdF + k0 + t]), to_tf32(A[(r0 + g + 8) * kLdF + k0 + t]),
+            to_tf32(A[(r0 + g) * kLdF + k0 + t + 4]), to_tf32(A[(r0 + g + 8) * kLdF + k0 + t + 4])};
+        mma_m16n8k8_tf32(m, a, to_tf32(T[(k0 + t) * kLdF + n0 + g]),
+                         to_tf32(T[(k0 + t + 4) * kLdF + n0 + g]));
+      }
+      float* out0 = T + (r0 + g) * kLdF + n0 + 2 * t;
+      float* out1 = out0 + 8 * kLdF;
+      out0[0] = m[0], out0[1] = m[1], out1[0] = m[2], out1[1] = m[3];
       __syncwarp();
-      float col[16];
+      float o[4] = {};
 #pragma unroll
-      for (int q = 0; q < 16; ++q) col[q] = T[(i + q) * kLdF + j + c];
-      float out[8];
-#pragma unroll
-      for (int r = 0; r < 8; ++r) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 16; ++q)
-          if (q <= h + r) acc = __fmaf_rn(T[(i + h + r) * kLdF + i + q], col[q], acc);
-        out[r] = -acc;
+      for (int k0 = 0; k0 < 16; k0 += 8) {
+        const uint32_t a[4] = {to_tf32(T[(r0 + g) * kLdF + r0 + k0 + t]),
+                               to_tf32(T[(r0 + g + 8) * kLdF + r0 + k0 + t]),
+                               to_tf32(T[(r0 + g) * kLdF + r0 + k0 + t + 4]),
+                               to_tf32(T[(r0 + g + 8) * kLdF + r0 + k0 + t + 4])};
+        mma_m16n8k8_tf32(o, a, to_tf32(T[(r0 + k0 + t) * kLdF + n0 + g]),
+                         to_tf32(T[(r0 + k0 + t + 4) * kLdF + n0 + g]));
       }
       __syncwarp();
-#pragma unroll
-      for (int r = 0; r < 8; ++r) T[(i + h + r) * kLdF + j + c] = out[r];
+      out0[0] = -o[0], out0[1] = -o[1], out1[0] = -o[2], out1[1] = -o[3];
     }
     __syncthreads();
   }
@@ -221,6 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(ChunkParam
     // 1a. q, k normalised (rows of 16 lanes x 8 channels), v, decays and beta.
     uint4 qraw[4], kraw[4];
     float kscale[4];
+    bool g_positive = false;  // KDA: a decay above 0 (or not a number) in this thread's channel
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
@@ -266,7 +269,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(ChunkParam
         float acc = 0.0f;
         const float* gcol = p.g + (static_cast<size_t>(c0) * p.HV + h) * kDk + tid;
         for (int r = 0; r < kC; ++r) {
-          if (r < n) acc += gcol[static_cast<size_t>(r) * p.HV * kDk];
+          if (r < n) {
+            const float gv = gcol[static_cast<size_t>(r) * p.HV * kDk];
+            g_positive |= !(gv <= 0.0f);
+            acc += gv;
+          }
           sGc[r * kLdG + tid] = acc;
         }
       } else if (tid < kDk + kC) {
@@ -288,46 +295,123 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(ChunkParam
     }
     __syncthreads();
 
-    // 1b. Kg = k e^G and Kd = k e^(Gn - G), from the unrounded normalised k.
+    // 1b. Kg = k e^G and Kd = k e^(Gn - G), from the unrounded normalised k (KDA: in step 3, as
+    // step 2 stages its factors where they go).
+    auto write_kg_kd = [&]() {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
-      float kf[8], kg[8], kd[8];
-      bf16x8_to_float(kraw[i], kf);
+      for (int i = 0; i < 4; ++i) {
+        const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
+        float kf[8], kg[8], kd[8];
+        bf16x8_to_float(kraw[i], kf);
+        float eg = 0.0f, ed = 0.0f;  // GDN: e^G and e^(Gn - G) of the row
+        if constexpr (!KDA) eg = expf(sG[row]), ed = expf(sG[n - 1] - sG[row]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float kn = __fmul_rn(kf[e], kscale[i]);
-        float G, Gn;
-        if constexpr (KDA)
-          G = sGc[row * kLdG + seg * 8 + e], Gn = sGc[(n - 1) * kLdG + seg * 8 + e];
-        else
-          G = sG[row], Gn = sG[n - 1];
-        kg[e] = kn * expf(G), kd[e] = kn * expf(Gn - G);
+        for (int e = 0; e < 8; ++e) {
+          const float kn = __fmul_rn(kf[e], kscale[i]);
+          if constexpr (KDA) {
+            const float G = sGc[row * kLdG + seg * 8 + e], Gn = sGc[(n - 1) * kLdG + seg * 8 + e];
+            eg = expf(G), ed = expf(Gn - G);
+          }
+          kg[e] = kn * eg, kd[e] = kn * ed;
+        }
+        *reinterpret_cast<uint4*>(skg + row * kLdK + seg * 8) = float8_to_bf16x8(kg);
+        *reinterpret_cast<uint4*>(skd + row * kLdK + seg * 8) = float8_to_bf16x8(kd);
       }
-      *reinterpret_cast<uint4*>(skg + row * kLdK + seg * 8) = float8_to_bf16x8(kg);
-      *reinterpret_cast<uint4*>(skd + row * kLdK + seg * 8) = float8_to_bf16x8(kd);
-    }
+    };
+    if constexpr (!KDA) write_kg_kd();
 
     // 2. A (fp32) and P (bf16), lower triangles.
     if constexpr (KDA) {
-      for (int r = warp; r < kC; r += 8) {
-        const float beta_r = sB[r];
-        for (int half = 0; half < 2; ++half) {
-          const int s = lane + 32 * half;
-          float a = 0.0f, pq = 0.0f;
-          if (r < n && 32 * half <= r) {
-            for (int j = 0; j < kDk; ++j) {
-              const float gr = sGc[r * kLdG + j];
-              const float kr = __bfloat162float(sk[r * kLdKda + j]);
-              const float qr = __bfloat162float(sq[r * kLdK + j]);
-              const float ks = __bfloat162float(sk[s * kLdKda + j]);
-              // ex2.approx (relative error ~2^-22), far below the bf16 roundings of the products.
-              const float e = s <= r ? __expf(gr - sGc[s * kLdG + j]) * ks : 0.0f;
-              a = __fmaf_rn(kr, e, a), pq = __fmaf_rn(qr, e, pq);
-            }
+      // On tensor cores when the chunk's decays allow it: row block I (16 rows) of A and P is
+      // (x_r e^(G_r - G_m)) (k_s e^(G_m - G_s))^T over s < 16 (I + 1), m = 16 I + 8 its middle
+      // row, for x = k, q. Each factor is at most e^kSafeSpan when every |G_r - G_m| is (rows of
+      // earlier blocks have G_s >= G_m, as no decay is above 0), so nothing overflows; a factor
+      // that underflows multiplies one below e^(kSafeSpan - 87). Otherwise elementwise.
+      bool unsafe = g_positive;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15, m = (row & ~15) + 8;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          unsafe |=
+              !(fabsf(sGc[row * kLdG + seg * 8 + e] - sGc[m * kLdG + seg * 8 + e]) <= kSafeSpan);
+      }
+      if (!__syncthreads_or(unsafe)) {
+        // Left factors into Kg's and Kd's places; right factors R_I [16 (I + 1)][136]: R_0, R_1
+        // in T's place, R_2, R_3 in q's and k's.
+        __nv_bfloat16* slk = skg;
+        __nv_bfloat16* slq = skd;
+        __nv_bfloat16* rt = reinterpret_cast<__nv_bfloat16*>(smem + L::t);
+        __nv_bfloat16* const right[4] = {rt, rt + 16 * kLdK, sq, sq + 48 * kLdK};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15, blk = row >> 4;
+          float qf[8], kf[8], lk[8], lq[8];
+          bf16x8_to_float(qraw[i], qf);
+          bf16x8_to_float(kraw[i], kf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            kf[e] = __fmul_rn(kf[e], kscale[i]), qf[e] = __fmul_rn(qf[e], sQn[row]);
+            const float x =
+                __expf(sGc[row * kLdG + seg * 8 + e] - sGc[(blk * 16 + 8) * kLdG + seg * 8 + e]);
+            lk[e] = kf[e] * x, lq[e] = qf[e] * x;
           }
-          sa[r * kLdF + s] = s < r ? beta_r * a : 0.0f;
-          sp[r * kLdC + s] = __float2bfloat16_rn(s <= r ? pq : 0.0f);
+          *reinterpret_cast<uint4*>(slk + row * kLdK + seg * 8) = float8_to_bf16x8(lk);
+          *reinterpret_cast<uint4*>(slq + row * kLdK + seg * 8) = float8_to_bf16x8(lq);
+          for (int I = blk; I < 4; ++I) {
+            float rk[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              rk[e] = kf[e] * __expf(sGc[(I * 16 + 8) * kLdG + seg * 8 + e] -
+                                     sGc[row * kLdG + seg * 8 + e]);
+            *reinterpret_cast<uint4*>(right[I] + row * kLdK + seg * 8) = float8_to_bf16x8(rk);
+          }
+        }
+        __syncthreads();
+        // 20 units of 16 x 16: (A or P, row block I, column block c <= I).
+        for (int u = warp; u < 20; u += 8) {
+          const bool is_p = u >= 10;
+          const int rem = u % 10, I = rem == 0 ? 0 : rem < 3 ? 1 : rem < 6 ? 2 : 3;
+          const int cb = rem - I * (I + 1) / 2;
+          float acc[2][4] = {};
+          warp_mma<2, kDk, false, false>(acc, is_p ? slq : slk, kLdK, 16 * I, right[I], kLdK,
+                                         16 * cb, lane);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int r = 16 * I + g8 + (e >> 1) * 8, s = 16 * cb + nt * 8 + 2 * t4 + (e & 1);
+              if (is_p)
+                sp[r * kLdC + s] = __float2bfloat16_rn(s <= r ? acc[nt][e] : 0.0f);
+              else
+                sa[r * kLdF + s] = s < r ? sB[r] * acc[nt][e] : 0.0f;
+            }
+        }
+        for (int idx = tid; idx < kC * kC; idx += kThreads) {
+          const int r = idx >> 6, s = idx & 63;
+          if (s >= (r & ~15) + 16)
+            sa[r * kLdF + s] = 0.0f, sp[r * kLdC + s] = __float2bfloat16_rn(0.0f);
+        }
+      } else {
+        for (int r = warp; r < kC; r += 8) {
+          const float beta_r = sB[r];
+          for (int half = 0; half < 2; ++half) {
+            const int s = lane + 32 * half;
+            float a = 0.0f, pq = 0.0f;
+            if (r < n && 32 * half <= r) {
+              for (int j = 0; j < kDk; ++j) {
+                const float gr = sGc[r * kLdG + j];
+                const float kr = __bfloat162float(sk[r * kLdKda + j]);
+                const float qr = __bfloat162float(sq[r * kLdK + j]);
+                const float ks = __bfloat162float(sk[s * kLdKda + j]);
+                // ex2.approx (relative error ~2^-22), far below the bf16 roundings of the products.
+                const float e = s <= r ? __expf(gr - sGc[s * kLdG + j]) * ks : 0.0f;
+                a = __fmaf_rn(kr, e, a), pq = __fmaf_rn(qr, e, pq);
+              }
+            }
+            sa[r * kLdF + s] = s < r ? beta_r * a : 0.0f;
+            sp[r * kLdC + s] = __float2bfloat16_rn(s <= r ? pq : 0.0f);
+          }
         }
       }
     } else {
@@ -358,6 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(ChunkParam
       *reinterpret_cast<uint32_t*>(stb + r * kLdC + s) = pack_bf16x2(x0 * sB[s], x1 * sB[s + 1]);
     }
     if constexpr (KDA) {
+      write_kg_kd();
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;

@@ -4,7 +4,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
-#include "kernels/common/mma_bf16.cuh"
+#include "kernels/common/mma_sync.cuh"
 
 namespace statecheck::cuda {
 

@@ -1,6 +1,6 @@
 // The tensor-core ceiling of the chunked prefill kernels, measured: the rate at which the device
 // runs mma.sync.m16n8k16 bf16 products with fp32 accumulation (the instruction those kernels
-// use, kernels/common/mma_bf16.cuh) from registers, with no memory traffic: every warp of a full
+// use, kernels/common/mma_sync.cuh) from registers, with no memory traffic: every warp of a full
 // grid issues kChains independent accumulation chains. The figure a kernel built on mma.sync can
 // reach at best; wgmma (sm_90a's asynchronous warpgroup products) has a higher peak that
 // mma.sync does not reach.

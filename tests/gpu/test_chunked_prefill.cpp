@@ -37,7 +37,22 @@ struct Case {
   GateKind gate;
   Dtype dtype;
   std::vector<int> lengths;
+  // Added to g for the packed tokens [offset_from, offset_to): KDA's chunks whose decays are too
+  // strong for its tensor-core intra-chunk products (|G_r - G_m| > 40) or above 0 take the
+  // elementwise ones.
+  float g_offset = 0.0f;
+  int offset_from = 0, offset_to = 0;
 };
+
+HostPoolBatch case_batch(const Case& c, uint64_t seed) {
+  HostPoolBatch b =
+      make_pool_batch(c.H, c.HV, 128, c.dv, c.gate, c.dtype, c.lengths, true, kSlots, seed);
+  const int T = b.cu_seqlens.back();
+  const size_t width = T ? b.g.size() / T : 0;
+  for (int t = c.offset_from; t < std::min(c.offset_to, T); ++t)
+    for (size_t e = 0; e < width; ++e) b.g[t * width + e] += c.g_offset;
+  return b;
+}
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
@@ -96,8 +111,7 @@ class ChunkedPrefill : public GpuTest, public ::testing::WithParamInterface<Case
 
 TEST_P(ChunkedPrefill, MatchesFp64LoopAndChunkedReference) {
   const Case c = GetParam();
-  const HostPoolBatch before =
-      make_pool_batch(c.H, c.HV, 128, c.dv, c.gate, c.dtype, c.lengths, true, kSlots, 2026);
+  const HostPoolBatch before = case_batch(c, 2026);
   const Launch run = launch(c, before, 0, true);
   EXPECT_TRUE(run.guards_intact) << "write past the pool or the outputs";
   HostPoolBatch got = before;
@@ -156,8 +170,7 @@ TEST_P(ChunkedPrefill, MatchesFp64LoopAndChunkedReference) {
 
 TEST_P(ChunkedPrefill, ValueTilesAgreeBitForBitAndOutputsAreOptional) {
   const Case c = GetParam();
-  const HostPoolBatch b =
-      make_pool_batch(c.H, c.HV, 128, c.dv, c.gate, c.dtype, c.lengths, true, kSlots, 77);
+  const HostPoolBatch b = case_batch(c, 77);
   const Launch t32 = launch(c, b, 32, true);
   const Launch bare = launch(c, b, 32, false);
   EXPECT_EQ(t32.pool32, bare.pool32);
@@ -183,7 +196,27 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gdn_H4_HV4_long", 4, 4, 128, GateKind::gdn, Dtype::fp32, {1000}},
         Case{"kda_H2_HV2_T63", 2, 2, 128, GateKind::kda, Dtype::fp32, {63}},
         Case{"kda_H1_HV3_mixed_bf16_dv64", 1, 3, 64, GateKind::kda, Dtype::bf16, {65, 1, 0, 140}},
-        Case{"kda_H2_HV2_dv32_long", 2, 2, 32, GateKind::kda, Dtype::fp32, {513, 2}}),
+        Case{"kda_H2_HV2_dv32_long", 2, 2, 32, GateKind::kda, Dtype::fp32, {513, 2}},
+        Case{"kda_strong_decay_second_chunk",
+             2,
+             2,
+             64,
+             GateKind::kda,
+             Dtype::fp32,
+             {200},
+             -6.0f,
+             64,
+             128},
+        Case{"kda_positive_decay_first_chunk",
+             1,
+             1,
+             64,
+             GateKind::kda,
+             Dtype::fp32,
+             {70},
+             0.3f,
+             0,
+             8}),
     case_name);
 
 GatedDeltaPoolArgs refusal_args() {

@@ -1,6 +1,7 @@
-// Warp-level bf16 tensor-core products from shared memory (mma.sync m16n8k16, fp32 accumulate;
-// sm_80 and later, PTX ISA "Warp-level matrix multiply-accumulate instructions"), used by the
-// chunked prefill kernels. A warp computes a 16 x (8 NT) tile of D += A B with A [16, K] and
+// Warp-level tensor-core products from shared memory (mma.sync, fp32 accumulate; sm_80 and
+// later, PTX ISA "Warp-level matrix multiply-accumulate instructions"), used by the chunked
+// prefill kernels: bf16 m16n8k16 through warp_mma below, and tf32 m16n8k8 (mma_m16n8k8_tf32) for
+// the fp32 triangular inverse. A warp computes a 16 x (8 NT) tile of D += A B with A [16, K] and
 // B [K, 8 NT], fetching fragments with ldmatrix. Each operand lives in shared memory as bf16 in
 // one of two row-major layouts, picked per call:
 //   A: a_rows   A itself, [m][k] (row stride lda elements)
@@ -39,6 +40,24 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
                                              uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// D += A B for one m16n8k8 tile with tf32 operands (fp32 values rounded to 10-bit mantissas by
+// to_tf32). Fragments: a[0] = A[g][t], a[1] = A[g + 8][t], a[2] = A[g][t + 4], a[3] = A[g + 8][t +
+// 4]; b0 = B[t][g], b1 = B[t + 4][g]; d as for m16n8k16.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                 uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
