@@ -73,7 +73,7 @@ double percentile(std::vector<double> v, double p) {
 // (`cached_tokens`), an even sample of at most `max_samples` of them; latency per probe launched
 // alone, throughput of the sample in batches of 8. Recorded under capacity/cuda with the summary
 // keys capacity.cuda.*.
-[[maybe_unused]] void record_probe_costs(ServingBackend& backend,
+[[maybe_unused]] void record_probe_costs(ServingBackend& backend, const ModelConfig& m,
                                          const std::vector<CapacityProbes>& points,
                                          size_t max_samples, H5Writer& file, Summary& summary) {
   std::vector<double> donate_ms;
@@ -89,7 +89,28 @@ double percentile(std::vector<double> v, double p) {
   file.write_scalar(gname + "/donate_ms", percentile(donate_ms, 0.5), "ms",
                     "median time of one int8 donate (checkpoint_store of one slot, all layers)");
   summary.set("capacity.cuda.donate_ms", percentile(donate_ms, 0.5));
-  std::vector<double> all_hits, all_misses;
+  // The rest of the model, modelled: the FLOPs a prefill of the uncached tokens spends outside the
+  // linear-attention recurrence (every active parameter once per token, per GPU, and the
+  // full-attention layers' QK^T and PV over every earlier position), at the device's measured
+  // matmul rate (docs/experiments.md, "capacity").
+  const double tflops = backend.matmul_tflops();
+  const double per_token = 2.0 * m.active_params() * 1e9 / std::max(1, m.tp);
+  const double per_pair = model_flop_costs(m, StateDtypes{}).attention_per_pair;
+  auto rest_ms = [&](const ServedRequest& r) {
+    const double P = static_cast<double>(r.prompt_len), h = static_cast<double>(r.cached_tokens);
+    const double flops = (P - h) * per_token + per_pair * (P * (P + 1) - h * (h + 1)) / 2;
+    return flops / (tflops * 1e12) * 1e3;
+  };
+  file.write_scalar(
+      gname + "/matmul_tflops", tflops, "TFLOP/s",
+      "mma.sync bf16 rate of the device (kernels/common/mma_peak.h), measured in this "
+      "run: the rate of the modelled rest of the model");
+  file.attr(gname, "time_model",
+            std::string("probe_total = measured linear-attention state work + modelled rest of "
+                        "the model: (uncached tokens x 2 x active parameters / TP + "
+                        "full-attention pairs x attention FLOPs per pair) / matmul_tflops"));
+  summary.set("capacity.cuda.matmul_tflops", tflops);
+  std::vector<double> all_hits, all_misses, all_hits_total, all_misses_total;
   fmt::print("capacity (cuda): {}\n  {:>5} {:>5} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
              backend.description(), "mode", "K", "probes", "p50 ms", "p90 ms", "p99 ms",
              "probes/s");
@@ -102,11 +123,13 @@ double percentile(std::vector<double> v, double p) {
       const RequestRecord& r = pt.probes[i * n / take];
       sample.push_back({r.prompt_len, r.cached_tokens});
     }
-    std::vector<double> lat, hit_lat, miss_lat;
+    std::vector<double> lat, hit_lat, miss_lat, total;
     for (const auto& r : sample) {
       const double ms = backend.serve_ms(r, from);
       lat.push_back(ms);
+      total.push_back(ms + rest_ms(r));
       (r.cached_tokens > 0 ? hit_lat : miss_lat).push_back(ms);
+      (r.cached_tokens > 0 ? all_hits_total : all_misses_total).push_back(total.back());
     }
     const double total_ms = backend.serve_batches_ms(sample, from);
     const double rps = sample.size() / (total_ms * 1e-3);
@@ -127,6 +150,9 @@ double percentile(std::vector<double> v, double p) {
                         "latency percentile of the probes");
     }
     summary.set(key + ".throughput_rps", rps);
+    file.write(pg + "/probe_total_ms", total, {total.size()}, "ms",
+               "per sampled PROBE: the measured state work plus the modelled rest of the model");
+    summary.set(key + ".probe_total_p50_ms", percentile(total, 0.5));
     fmt::print("  {:>5} {:>5} {:>7} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.1f}\n", pt.mode, pt.K,
                sample.size(), percentile(lat, 0.5), percentile(lat, 0.9), percentile(lat, 0.99),
                rps);
@@ -141,6 +167,18 @@ double percentile(std::vector<double> v, double p) {
                     "median latency of a probe recomputed from scratch");
   fmt::print("  hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f}), donate {:.3f} ms\n", hit, miss,
              miss / hit, percentile(donate_ms, 0.5));
+  const double hit_t = percentile(all_hits_total, 0.5), miss_t = percentile(all_misses_total, 0.5);
+  summary.set("capacity.cuda.hit_total_p50_ms", hit_t);
+  summary.set("capacity.cuda.miss_total_p50_ms", miss_t);
+  summary.set("capacity.cuda.miss_over_hit_total", hit_t > 0 ? miss_t / hit_t : std::nan(""));
+  file.write_scalar(gname + "/hit_total_p50_ms", hit_t, "ms",
+                    "median of a hit's measured state work plus its modelled rest of the model");
+  file.write_scalar(gname + "/miss_total_p50_ms", miss_t, "ms",
+                    "median of a miss's measured state work plus its modelled rest of the model");
+  fmt::print(
+      "  with the rest of the model modelled ({:.2f} GFLOP per token, {:.0f} FLOP per attention "
+      "pair, at the measured {:.1f} TFLOP/s): hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f})\n",
+      per_token / 1e9, per_pair, tflops, hit_t, miss_t, miss_t / hit_t);
 }
 
 }  // namespace
@@ -310,7 +348,7 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
       for (const auto& r : pt.probes) max_prompt = std::max(max_prompt, r.prompt_len);
     const std::unique_ptr<ServingBackend> backend =
         cuda::cuda_serving_backend(capacity_serving_shape(m, dt), max_prompt, o.seed);
-    record_probe_costs(*backend, gpu_points, o.quick ? 16 : 64, file, summary);
+    record_probe_costs(*backend, m, gpu_points, o.quick ? 16 : 64, file, summary);
 #else
     fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif

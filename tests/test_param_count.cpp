@@ -56,6 +56,27 @@ TEST(ParamCount, Qwen3NextByHand) {
   const double want = embed + h + 12 * full + 36 * linear + 48 * (moe + 2 * h);
   const ModelConfig m = load_model(hf_dir("qwen3-next-80b-a3b"), 4);
   EXPECT_NEAR(m.params_billion * 1e9, want, 1.0);
+  // Active: the 10 routed experts per token (num_experts_per_tok) instead of 512; the router
+  // still scores all 512.
+  const double moe_active = h * 512 + 10 * 3 * h * 512 + 3 * h * 512 + h;
+  EXPECT_NEAR(m.active_params_billion * 1e9, want - 48 * (moe - moe_active), 1.0);
+}
+
+// Every shipped model's Hugging Face config gives an active count below the total; the shipped
+// configs state the nominal one of the names (A3B), and a statecheck config without the field
+// falls back to the total.
+TEST(ParamCount, ActiveParametersCountTheRoutedExpertsPerToken) {
+  for (const std::string name : {"qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig shipped = load_model(name, 0);
+    const ModelConfig hf = load_model(hf_dir(name), shipped.tp);
+    EXPECT_EQ(shipped.active_params(), 3.0);
+    EXPECT_GT(hf.active_params_billion, 1.0);
+    EXPECT_LT(hf.active_params_billion, 0.2 * hf.params_billion);
+  }
+  ModelConfig m;
+  m.params_billion = 35.0;
+  EXPECT_EQ(m.active_params(), 35.0);
 }
 
 // A field the count needs is missing: the weights are unknown, named, and the budget asks for

@@ -52,6 +52,9 @@ class ServingBackend {
   virtual double serve_ms(const ServedRequest& r, RestoreFrom from) = 0;
   // `requests` in batches of `parallel` (one varlen launch per layer and batch), timed as a whole.
   virtual double serve_batches_ms(const std::vector<ServedRequest>& requests, RestoreFrom from) = 0;
+  // The device's matrix-product rate in TFLOP/s, measured (once) on the device itself: the rate
+  // the prefill time model of capacity charges the rest of the model at (docs/experiments.md).
+  virtual double matmul_tflops() = 0;
 };
 
 }  // namespace statecheck

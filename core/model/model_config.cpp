@@ -133,6 +133,11 @@ ModelConfig parse_statecheck_schema(const json& j, const std::string& origin) {
   } else {
     m.weights_unknown = "field 'params_billion' is absent";
   }
+  if (j.contains("active_params_billion")) {
+    if (!j["active_params_billion"].is_number())
+      fail("{}: field 'active_params_billion' must be a number", origin);
+    m.active_params_billion = j["active_params_billion"].get<double>();
+  }
   m.ssm_dtype = j.value("ssm_dtype", std::string("float32"));
   m.default_tp = get_int_or(j, "default_tp", 1, origin, "");
   complete_layers(m, origin);
@@ -248,6 +253,7 @@ ModelConfig parse_hf_config(const json& top, const std::string& origin) {
   complete_layers(m, origin);
   const ParamCount count = hf_param_count(top, m);
   m.params_billion = count.params / 1e9;
+  m.active_params_billion = count.active_params / 1e9;
   m.weight_bytes_per_param = count.bytes_per_param;
   if (!count.missing.empty())
     m.weights_unknown = fmt::format("{}: the parameter count needs {}, which the config lacks",
@@ -356,6 +362,10 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   if (!(m.params_billion >= 0) || !(m.params_billion <= 1e5))
     fail("{}: field 'params_billion' must be a number of billions in [0, 1e5], got {}", origin,
          m.params_billion);
+  if (!(m.active_params_billion >= 0) ||
+      (m.params_billion > 0 && !(m.active_params_billion <= m.params_billion)))
+    fail("{}: field 'active_params_billion' must be in [0, params_billion = {}], got {}", origin,
+         m.params_billion, m.active_params_billion);
   if (m.ssm_dtype != "float32" && m.ssm_dtype != "bfloat16" && m.ssm_dtype != "float16")
     fail("{}: field 'ssm_dtype' must be float32, bfloat16 or float16, got '{}'", origin,
          m.ssm_dtype);

@@ -44,7 +44,10 @@ struct ModelConfig {
   int conv_width = 4;              // W
   ConvLayout conv_layout = ConvLayout::channels_first;
   FullAttentionSpec full_attention;
-  double params_billion = 0.0;          // total parameters, for the weights estimate of the budget
+  double params_billion = 0.0;  // total parameters, for the weights estimate of the budget
+  // Parameters one token is multiplied by (MoE: its routed experts only), for the prefill time
+  // model of capacity --device cuda; 0: not known, taken as params_billion.
+  double active_params_billion = 0.0;
   double weight_bytes_per_param = 2.0;  // bytes of one weight (the config's dtype; bf16 default)
   // Non-empty when the parameter count is not known (what is missing); the memory budget then
   // refuses to run without --weights-gib instead of counting 0 bytes of weights.
@@ -53,6 +56,9 @@ struct ModelConfig {
   int tp = 1;                         // tensor-parallel degree this config is sharded for
   int default_tp = 1;                 // TP used when the command line gives none ("default_tp")
 
+  double active_params() const {
+    return active_params_billion > 0 ? active_params_billion : params_billion;
+  }
   int linear_layer_count() const { return static_cast<int>(linear_layers.size()); }
   int full_layer_count() const { return static_cast<int>(full_layers.size()); }
   // Heads and conv channels per TP rank.

@@ -47,14 +47,20 @@ class Fields {
   std::string where_;
 };
 
-// MLP parameters of one layer: MoE (router, routed and shared experts) or dense.
-double moe_params(double hidden, double experts, double moe_inter, double shared_inter,
-                  bool shared_gate) {
-  return hidden * experts + experts * 3.0 * hidden * moe_inter + 3.0 * hidden * shared_inter +
+// MLP parameters of one layer: MoE (router, `routed` of the routed experts, shared experts) or
+// dense. routed = experts for the total count, the experts per token for the active one.
+double moe_params(double hidden, double experts, double routed, double moe_inter,
+                  double shared_inter, bool shared_gate) {
+  return hidden * experts + routed * 3.0 * hidden * moe_inter + 3.0 * hidden * shared_inter +
          (shared_gate && shared_inter > 0 ? hidden : 0.0);
 }
 
-double qwen_params(const Fields& f, const ModelConfig& m) {
+// The experts one token is routed to (`key`), all of them when the config does not say.
+double experts_per_token(const Fields& f, const char* key, double experts, bool active) {
+  return active ? std::min(experts, f.opt(key, experts)) : experts;
+}
+
+double qwen_params(const Fields& f, const ModelConfig& m, bool active) {
   const double hidden = f.pos("hidden_size"), vocab = f.pos("vocab_size");
   const double heads = f.pos("num_attention_heads");
   const double kv = m.full_attention.num_kv_heads, hd = m.full_attention.head_dim;
@@ -68,8 +74,9 @@ double qwen_params(const Fields& f, const ModelConfig& m) {
   const double experts = f.opt("num_experts", 0);
   double moe = 0.0, dense = 0.0;
   if (experts > 0)
-    moe = moe_params(hidden, experts, f.pos("moe_intermediate_size"),
-                     f.opt("shared_expert_intermediate_size", 0), true);
+    moe = moe_params(hidden, experts, experts_per_token(f, "num_experts_per_tok", experts, active),
+                     f.pos("moe_intermediate_size"), f.opt("shared_expert_intermediate_size", 0),
+                     true);
   std::set<int> mlp_only;
   if (f.raw().contains("mlp_only_layers") && f.raw()["mlp_only_layers"].is_array())
     for (const json& v : f.raw()["mlp_only_layers"])
@@ -86,7 +93,7 @@ double qwen_params(const Fields& f, const ModelConfig& m) {
   return total;
 }
 
-double kimi_params(const Fields& f, const ModelConfig& m) {
+double kimi_params(const Fields& f, const ModelConfig& m, bool active) {
   const double hidden = f.pos("hidden_size"), vocab = f.pos("vocab_size");
   const double heads = f.pos("num_attention_heads");
   const double nope = f.pos("qk_nope_head_dim"), rope = m.full_attention.rope_dim;
@@ -105,7 +112,9 @@ double kimi_params(const Fields& f, const ModelConfig& m) {
   double moe = 0.0, dense = 0.0;
   if (experts > 0) {
     const double inter = f.pos("moe_intermediate_size");
-    moe = moe_params(hidden, experts, inter, f.opt("num_shared_experts", 0) * inter, false);
+    moe =
+        moe_params(hidden, experts, experts_per_token(f, "num_experts_per_token", experts, active),
+                   inter, f.opt("num_shared_experts", 0) * inter, false);
   }
   double total = vocab * hidden * (f.flag("tie_word_embeddings", false) ? 1.0 : 2.0) + hidden;
   for (int l = 0; l < m.num_layers; ++l) {
@@ -141,9 +150,11 @@ ParamCount hf_param_count(const json& top, const ModelConfig& m) {
     c.missing = fmt::format("dtype '{}' (expected bfloat16, float16 or float32)", c.dtype);
   if (!c.missing.empty()) return c;
   try {
-    c.params = m.gate == GateKind::kda ? kimi_params(f, m) : qwen_params(f, m);
+    const bool kda = m.gate == GateKind::kda;
+    c.params = kda ? kimi_params(f, m, false) : qwen_params(f, m, false);
+    c.active_params = kda ? kimi_params(f, m, true) : qwen_params(f, m, true);
   } catch (const MissingField& e) {
-    c.params = 0.0;
+    c.params = c.active_params = 0.0;
     c.missing = fmt::format("field '{}'", e.field);
   }
   return c;

@@ -23,6 +23,8 @@
 //                      (l + 1) % decoder_sparse_step != 0; Kimi the first first_k_dense_replace
 //                      and those with (l - first_k_dense_replace) % moe_layer_freq != 0
 //   norms              2 x hidden per layer plus the final norm
+// The active count (what one token multiplies by) is the same with num_experts_per_tok (Qwen) or
+// num_experts_per_token (Kimi) routed experts in place of all of them (all when absent).
 // A vision tower (Qwen3.5's vision_config) is not counted: the budget is for the language model.
 // Bytes per parameter come from the config's dtype (torch_dtype or dtype: bfloat16 / float16 2,
 // float32 4; absent: bfloat16).
@@ -38,6 +40,7 @@ namespace statecheck {
 
 struct ParamCount {
   double params = 0.0;             // total parameters (0 when `missing` is set)
+  double active_params = 0.0;      // parameters one token is multiplied by (MoE: routed experts)
   double bytes_per_param = 2.0;    // from the config's dtype
   std::string dtype = "bfloat16";  // the dtype named by the config (or the assumed bfloat16)
   std::string missing;             // non-empty: the field the count needs and the config lacks

@@ -9,6 +9,7 @@
 #include "kernels/codec/checkpoint_codec.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
+#include "kernels/common/mma_peak.h"
 #include "kernels/host/layer_upload.h"
 
 namespace statecheck::cuda {
@@ -144,6 +145,14 @@ class CudaServingBackend : public ServingBackend {
     }
   }
 
+  double matmul_tflops() override {
+    if (matmul_tflops_ == 0.0) {
+      GpuTimer timer;
+      matmul_tflops_ = measure_mma_bf16_tflops(timer, 10);
+    }
+    return matmul_tflops_;
+  }
+
   double elapsed_ms() {
     float ms = 0;
     STATECHECK_CUDA_CHECK(cudaEventSynchronize(e1_));
@@ -163,6 +172,7 @@ class CudaServingBackend : public ServingBackend {
   DeviceBuffer<int32_t> ids_, one_, cached_slot_, cu_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+  double matmul_tflops_ = 0.0;
 };
 
 }  // namespace
