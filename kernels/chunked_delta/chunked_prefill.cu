@@ -5,8 +5,9 @@
 //   1. Kg = k e^G, Kd = k e^(Gn - G) (per row, or per element for KDA; KDA also Qg = q e^G)
 //   2. A[r, s] = beta_r sum_j k_r k_s e^(G_r - G_s) (s < r), P[r, s] = sum_j q_r k_s e^(G_r - G_s)
 //      (s <= r): GDN as K K^T and Q K^T on tensor cores with the per-token decay applied after;
-//      KDA elementwise
-//   3. T = (I + A)^-1 (fp32), Tb = T diag(beta) (bf16)
+//      KDA on tensor cores through a reference decay per 16-row block (elementwise where the
+//      chunk's decays are too strong for it)
+//   3. T = (I + A)^-1 (invert_unit_lower), Tb = T diag(beta) (bf16)
 //   4. -Wk = -Tb Kg; U starts at Tb V; O starts at Qg S^T
 //   5. U += -Wk S^T (= T diag(beta) (V - Kg S^T): the pseudo-values of chunked_delta.h)
 //   6. O += P U (rows < n written as bf16); S = S e^Gn + U^T Kd

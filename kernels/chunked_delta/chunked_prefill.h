@@ -11,16 +11,17 @@
 //
 // Arithmetic: the matrix products run on bf16 operands with fp32 accumulation (mma.sync
 // m16n8k16): normalised q and k, the decayed k, the value rows, the state (a bf16 copy of the
-// fp32 state, per chunk), (I + A)^-1 diag(beta) and the chunk's pseudo-values U. A, its inverse
-// (16 x 16 diagonal blocks by forward substitution, off-diagonal blocks by block substitution),
-// the cumulative decays and the fp32 state are fp32. These are the roundings of
-// flash-linear-attention's chunk_gated_delta_rule; the results agree with the fp64 token loop to
-// within the bf16 tolerance of docs/chunked_prefill.md, not bit for bit.
+// fp32 state, per chunk), (I + A)^-1 diag(beta) and the chunk's pseudo-values U. A, the cumulative
+// decays and the fp32 state are fp32; (I + A)^-1 has fp32 16 x 16 diagonal blocks (forward
+// substitution) and off-diagonal blocks from tf32 products (mma.sync m16n8k8). These are the
+// roundings of flash-linear-attention's chunk_gated_delta_rule; the results agree with the fp64
+// token loop within the bf16 tolerance tol16 of docs/chunked_prefill.md, not bit for bit.
 //
 // Parallelism: one block of 256 threads per (sequence, value head, tile of value_tile rows of
 // d_v); a block walks its sequence's chunks in order. KDA's intra-chunk products A and Q K^T,
-// whose decays differ per key channel, are summed elementwise (exp per term) instead of on
-// tensor cores.
+// whose decays differ per key channel, run on tensor cores through a reference decay per 16-row
+// block when a chunk's decays keep every factor below e^40 (and none is above 0); other chunks sum
+// them elementwise, an exponential per term.
 #pragma once
 
 #include <cstdint>
