@@ -25,6 +25,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
 #include "kernels/common/mma_sync.cuh"
+#include "kernels/gated_delta/pool_params.h"
 
 namespace statecheck::cuda {
 
@@ -41,21 +42,6 @@ constexpr int kLdG = kDk + 1;
 // KDA: the largest |G_r - G_m| (cumulative log decays of a row and its 16-row block's middle row)
 // for which the intra-chunk products run on tensor cores (step 2).
 constexpr float kSafeSpan = 40.0f;  // fp32 row stride of KDA's cumulative decays
-
-struct ChunkParams {
-  int H, HV, dv;
-  bool qk_l2norm;
-  float scale;
-  void* pool;
-  const int32_t* slot_ids;
-  const int32_t* cu;
-  const __nv_bfloat16* q;
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
-  const float* g;
-  const float* beta;
-  __nv_bfloat16* o;
-};
 
 // Shared-memory carve-up of one block, in bytes from the start (all offsets 16-byte aligned).
 template <int BV, bool KDA>
@@ -171,7 +157,7 @@ __device__ void invert_unit_lower(const float* A, float* T, int warp, int lane) 
 }
 
 template <int BV, bool KDA, typename StateT>
-__global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(ChunkParams p) {
+__global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams p) {
   using L = Smem<BV, KDA>;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + L::q);
@@ -519,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(ChunkParam
 }
 
 template <int BV, bool KDA, typename StateT>
-void launch(const GatedDeltaPoolArgs& a, const ChunkParams& p, cudaStream_t stream) {
+void launch(const GatedDeltaPoolArgs& a, const PoolParams& p, cudaStream_t stream) {
   constexpr int bytes = Smem<BV, KDA>::bytes;
   const void* kernel = reinterpret_cast<const void*>(chunked_prefill_kernel<BV, KDA, StateT>);
   if (resident_blocks(kernel, kThreads, bytes) == 0)
@@ -530,7 +516,7 @@ void launch(const GatedDeltaPoolArgs& a, const ChunkParams& p, cudaStream_t stre
 }
 
 template <int BV>
-void launch_tile(const GatedDeltaPoolArgs& a, const ChunkParams& p, cudaStream_t stream) {
+void launch_tile(const GatedDeltaPoolArgs& a, const PoolParams& p, cudaStream_t stream) {
   const bool kda = a.gate == GateKind::kda, f32 = a.state_dtype == Dtype::fp32;
   if (kda && f32)
     launch<BV, true, float>(a, p, stream);
@@ -582,32 +568,7 @@ void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptio
                           cudaStream_t stream) {
   check_args(a, opt);
   if (a.num_seqs == 0) return;
-  const std::pair<const void*, const char*> required[] = {{a.state_pool, "state_pool"},
-                                                          {a.slot_ids, "slot_ids"},
-                                                          {a.cu_seqlens, "cu_seqlens"},
-                                                          {a.q, "q"},
-                                                          {a.k, "k"},
-                                                          {a.v, "v"},
-                                                          {a.g, "g"},
-                                                          {a.beta, "beta"}};
-  for (const auto& [pointer, name] : required)
-    if (!pointer) fail("chunked_prefill_pool: {} is null (a required device pointer)", name);
-  if (reinterpret_cast<uintptr_t>(a.state_pool) % 16 != 0)
-    fail("chunked_prefill_pool: state_pool is not 16-byte aligned");
-  ChunkParams p;
-  p.H = a.H, p.HV = a.HV, p.dv = a.dv;
-  p.qk_l2norm = a.qk_l2norm;
-  p.scale =
-      a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.dk)));
-  p.pool = a.state_pool;
-  p.slot_ids = a.slot_ids;
-  p.cu = a.cu_seqlens;
-  p.q = reinterpret_cast<const __nv_bfloat16*>(a.q);
-  p.k = reinterpret_cast<const __nv_bfloat16*>(a.k);
-  p.v = reinterpret_cast<const __nv_bfloat16*>(a.v);
-  p.g = a.g;
-  p.beta = a.beta;
-  p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
+  const PoolParams p = pool_params(a, "chunked_prefill_pool");
   if (chunked_prefill_value_tile(a, opt) == 64)
     launch_tile<64>(a, p, stream);
   else

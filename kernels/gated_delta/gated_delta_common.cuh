@@ -10,26 +10,14 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/vector_io.cuh"
+#include "kernels/gated_delta/pool_params.h"
 
 namespace statecheck::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // warps per block
 
-struct Params {
-  int H, HV, dk, dv;
-  bool qk_l2norm;
-  float scale;
-  void* pool;
-  const int32_t* slot_ids;
-  const int32_t* cu;
-  const __nv_bfloat16* q;
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
-  const float* g;
-  const float* beta;
-  __nv_bfloat16* o;
-};
+using Params = PoolParams;  // pool_params.h
 
 // Token inputs one lane needs, loaded one token ahead of their use (software pipelining).
 template <int NCH, bool KDA, int RPL>

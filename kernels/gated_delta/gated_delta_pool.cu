@@ -142,34 +142,7 @@ void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
   if (a.num_seqs < 0) fail("gated_delta_pool: num_seqs = {}", a.num_seqs);
   if (a.max_blocks < 0) fail("gated_delta_pool: max_blocks = {} (0: no cap)", a.max_blocks);
   if (a.num_seqs == 0) return;
-  const std::pair<const void*, const char*> required[] = {{a.state_pool, "state_pool"},
-                                                          {a.slot_ids, "slot_ids"},
-                                                          {a.cu_seqlens, "cu_seqlens"},
-                                                          {a.q, "q"},
-                                                          {a.k, "k"},
-                                                          {a.v, "v"},
-                                                          {a.g, "g"},
-                                                          {a.beta, "beta"}};
-  for (const auto& [pointer, name] : required)
-    if (!pointer) fail("gated_delta_pool: {} is null (a required device pointer)", name);
-  if (reinterpret_cast<uintptr_t>(a.state_pool) % 16 != 0)
-    fail(
-        "gated_delta_pool: state_pool is not 16-byte aligned (the kernels move state rows in "
-        "16-byte vectors)");
-  Params p;
-  p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
-  p.qk_l2norm = a.qk_l2norm;
-  p.scale =
-      a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.dk)));
-  p.pool = a.state_pool;
-  p.slot_ids = a.slot_ids;
-  p.cu = a.cu_seqlens;
-  p.q = reinterpret_cast<const __nv_bfloat16*>(a.q);
-  p.k = reinterpret_cast<const __nv_bfloat16*>(a.k);
-  p.v = reinterpret_cast<const __nv_bfloat16*>(a.v);
-  p.g = a.g;
-  p.beta = a.beta;
-  p.o = reinterpret_cast<__nv_bfloat16*>(a.o);
+  const Params p = pool_params(a, "gated_delta_pool");
   const StagedPlan staged = decode_staged_plan(a);
   const GatedDeltaKernel k = choose_kernel(a, staged);
   if (k == GatedDeltaKernel::decode_staged) {
