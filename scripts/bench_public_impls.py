@@ -344,6 +344,8 @@ def main():
     p.add_argument("--statecheck-h5", help="statecheck bench result to print side by side (optional)")
     p.add_argument("--json", help="write all rows here")
     p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--prefill-only", action="store_true",
+                   help="with --fla: only the prefill rows (item 2's chunked and recurrent prefill)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_public_impls.py: needs PyTorch with a CUDA GPU")
@@ -354,10 +356,14 @@ def main():
     copy_ms, _ = timer(lambda: dst.copy_(src), args.repeats, flush)
     copy_gbps = 2 * src.numel() / (copy_ms * 1e-3) / 1e9
     rows = []
-    bench_codec(dev, args.repeats, flush, copy_gbps, rows)
-    bench_ws_torch(dev, args.repeats, flush, copy_gbps, rows)
+    if args.prefill_only and not args.fla:
+        sys.exit("bench_public_impls.py: --prefill-only needs --fla")
+    if not args.prefill_only:
+        bench_codec(dev, args.repeats, flush, copy_gbps, rows)
+        bench_ws_torch(dev, args.repeats, flush, copy_gbps, rows)
     if args.fla:
-        bench_fla(args.fla, dev, args.repeats, flush, copy_gbps, rows)
+        if not args.prefill_only:
+            bench_fla(args.fla, dev, args.repeats, flush, copy_gbps, rows)
         bench_fla_prefill(args.fla, dev, args.repeats, flush, copy_gbps, rows)
     ours = {}
     if args.statecheck_h5:

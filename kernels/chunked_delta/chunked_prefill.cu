@@ -77,6 +77,17 @@ __device__ __forceinline__ uint4 float8_to_bf16x8(const float (&f)[8]) {
                     pack_bf16x2(f[6], f[7]));
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+);
+// with valid == false the 16 bytes are zero-filled and nothing is read.
+__device__ __forceinline__ void copy_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void wait_async_copies() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 // Sum over the 16 lanes of a half warp.
 __device__ __forceinline__ float half_warp_sum(float x) {
 #pragma unroll
@@ -203,8 +214,39 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
   const int rm = (warp & 3) * 16, ch = warp >> 2;
   constexpr int kNTU = BV / 16;  // n-tiles of a half of BV
 
+  // GDN: the raw q, k and v rows of a chunk go to q's, k's and v's places by cp.async, and
+  // warp 0's g and beta to registers, issued while the chunk before still computes (step 6);
+  // rows past the chunk's end are zero-filled.
+  constexpr int kSegsV = BV / 8;
+  float g_lo = 0.0f, g_hi = 0.0f, b_lo = 0.0f, b_hi = 0.0f;
+  auto prefetch_gdn_chunk = [&](int cs) {
+    const int nn = min(kC, t_end - cs);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
+      const size_t off = row < nn ? (static_cast<size_t>(cs + row) * p.H + kh) * kDk + seg * 8 : 0;
+      copy_async16(sq + row * kLdK + seg * 8, p.q + off, row < nn);
+      copy_async16(sk + row * kLdK + seg * 8, p.k + off, row < nn);
+    }
+    for (int idx = tid; idx < kC * kSegsV; idx += kThreads) {
+      const int row = idx / kSegsV, seg = idx % kSegsV;
+      const size_t off =
+          row < nn ? (static_cast<size_t>(cs + row) * p.HV + h) * p.dv + v0 + seg * 8 : 0;
+      copy_async16(sv + row * kLdV + seg * 8, p.v + off, row < nn);
+    }
+    if (warp == 0) {
+      const size_t t_lo = static_cast<size_t>(cs + lane), t_hi = t_lo + 32;
+      g_lo = lane < nn ? p.g[t_lo * p.HV + h] : 0.0f;
+      g_hi = lane + 32 < nn ? p.g[t_hi * p.HV + h] : 0.0f;
+      b_lo = lane < nn ? p.beta[t_lo * p.HV + h] : 0.0f;
+      b_hi = lane + 32 < nn ? p.beta[t_hi * p.HV + h] : 0.0f;
+    }
+  };
+  if constexpr (!KDA) prefetch_gdn_chunk(t_begin);
+
   for (int c0 = t_begin; c0 < t_end; c0 += kC) {
     const int n = min(kC, t_end - c0);
+    if constexpr (!KDA) wait_async_copies();
     __syncthreads();  // the previous chunk is done with shared memory (and Ss is written)
 
     // 1a. q, k normalised (rows of 16 lanes x 8 channels), v, decays and beta.
@@ -214,11 +256,16 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
-      qraw[i] = kraw[i] = make_uint4(0, 0, 0, 0);
-      if (row < n) {
-        const size_t off = (static_cast<size_t>(c0 + row) * p.H + kh) * kDk + seg * 8;
-        qraw[i] = *reinterpret_cast<const uint4*>(p.q + off);
-        kraw[i] = *reinterpret_cast<const uint4*>(p.k + off);
+      if constexpr (KDA) {
+        qraw[i] = kraw[i] = make_uint4(0, 0, 0, 0);
+        if (row < n) {
+          const size_t off = (static_cast<size_t>(c0 + row) * p.H + kh) * kDk + seg * 8;
+          qraw[i] = *reinterpret_cast<const uint4*>(p.q + off);
+          kraw[i] = *reinterpret_cast<const uint4*>(p.k + off);
+        }
+      } else {  // prefetched; each thread reads back what it copied
+        qraw[i] = *reinterpret_cast<const uint4*>(sq + row * kLdK + seg * 8);
+        kraw[i] = *reinterpret_cast<const uint4*>(sk + row * kLdK + seg * 8);
       }
       float qf[8], kf[8], qs = 0.0f, ks = 0.0f;
       bf16x8_to_float(qraw[i], qf);
@@ -242,14 +289,15 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
         *reinterpret_cast<uint4*>(sk + row * kLdK + seg * 8) = float8_to_bf16x8(kf);
       }
     }
-    constexpr int kSegsV = BV / 8;
-    for (int idx = tid; idx < kC * kSegsV; idx += kThreads) {
-      const int row = idx / kSegsV, seg = idx % kSegsV;
-      uint4 raw = make_uint4(0, 0, 0, 0);
-      if (row < n)
-        raw = *reinterpret_cast<const uint4*>(
-            p.v + (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + v0 + seg * 8);
-      *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) = raw;
+    if constexpr (KDA) {
+      for (int idx = tid; idx < kC * kSegsV; idx += kThreads) {
+        const int row = idx / kSegsV, seg = idx % kSegsV;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (row < n)
+          raw = *reinterpret_cast<const uint4*>(
+              p.v + (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + v0 + seg * 8);
+        *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) = raw;
+      }
     }
     if constexpr (KDA) {
       if (tid < kDk) {  // column scan of g over the chunk, one key channel per thread
@@ -268,8 +316,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
         sB[r] = r < n ? p.beta[static_cast<size_t>(c0 + r) * p.HV + h] : 0.0f;
       }
     } else if (warp == 0) {  // inclusive scan of g over the chunk, two tokens per lane
-      float lo = lane < n ? p.g[static_cast<size_t>(c0 + lane) * p.HV + h] : 0.0f;
-      float hi = lane + 32 < n ? p.g[static_cast<size_t>(c0 + lane + 32) * p.HV + h] : 0.0f;
+      float lo = g_lo, hi = g_hi;
 #pragma unroll
       for (int m = 1; m < 32; m <<= 1) {
         const float a = __shfl_up_sync(0xffffffffu, lo, m), b = __shfl_up_sync(0xffffffffu, hi, m);
@@ -277,8 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
       }
       hi += __shfl_sync(0xffffffffu, lo, 31);
       sG[lane] = lo, sG[lane + 32] = hi;
-      sB[lane] = lane < n ? p.beta[static_cast<size_t>(c0 + lane) * p.HV + h] : 0.0f;
-      sB[lane + 32] = lane + 32 < n ? p.beta[static_cast<size_t>(c0 + lane + 32) * p.HV + h] : 0.0f;
+      sB[lane] = b_lo, sB[lane + 32] = b_hi;
     }
     __syncthreads();
 
@@ -466,7 +512,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
     store_tile_bf16(accU, su, kLdV, rm, un0, lane, [](int) { return 1.0f; });
     __syncthreads();
 
-    // 6. O += P U; S = S e^Gn + U^T Kd.
+    // 6. O += P U; S = S e^Gn + U^T Kd. GDN: the next chunk's inputs start to arrive (q's, k's and
+    // v's places were last read in steps 4 and 5).
+    if constexpr (!KDA)
+      if (c0 + kC < t_end) prefetch_gdn_chunk(c0 + kC);
     warp_mma<kNTU, kC, false, true>(accO, sp, kLdC, rm, su, kLdV, un0, lane);
     if (p.o) {
 #pragma unroll
