@@ -11,7 +11,8 @@
 //   4. -Wk = -Tb Kg; U starts at Tb V; O starts at Qg S^T
 //   5. U += -Wk S^T (= T diag(beta) (V - Kg S^T): the pseudo-values of chunked_delta.h)
 //   6. O += P U (rows < n written as bf16); S = S e^Gn + U^T Kd
-// Padding rows (r >= n) have zero q, k, v and beta, so they contribute nothing.
+// Padding rows (r >= n) have zero q, k, v and beta, so they contribute nothing. GDN copies the next
+// chunk's raw q, k and v rows into shared memory (cp.async) while step 6 runs.
 #include "kernels/chunked_delta/chunked_prefill.h"
 
 #include <algorithm>
