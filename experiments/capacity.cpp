@@ -110,6 +110,10 @@ double percentile(std::vector<double> v, double p) {
                         "the model: (uncached tokens x 2 x active parameters / TP + "
                         "full-attention pairs x attention FLOPs per pair) / matmul_tflops"));
   summary.set("capacity.cuda.matmul_tflops", tflops);
+  if (per_token == 0.0)
+    fmt::print(
+        "  note: the model's parameter count is not known, so the modelled rest of the model "
+        "counts the full-attention pairs only\n");
   std::vector<double> all_hits, all_misses, all_hits_total, all_misses_total;
   fmt::print("capacity (cuda): {}\n  {:>5} {:>5} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
              backend.description(), "mode", "K", "probes", "p50 ms", "p90 ms", "p99 ms",

@@ -195,6 +195,16 @@ TEST(ModelConfig, OutOfRangeFieldsAreNamed) {
        "field 'name' has a control character (code 10) at position 1"},
       {[](json& j) { j["default_tp"] = 0; }, "field 'default_tp' must be positive"},
       {[](json& j) { j["params_billion"] = 1e308; }, "field 'params_billion'"},
+      {[](json& j) { j["active_params_billion"] = "3"; },
+       "field 'active_params_billion' must be a number"},
+      {[](json& j) { j["active_params_billion"] = -1.0; }, "field 'active_params_billion' must be"},
+      {[](json& j) { j["active_params_billion"] = 36.0; },
+       "field 'active_params_billion' must be in [0, min(params_billion = 35, 1e5)]"},
+      {[](json& j) {
+         j.erase("params_billion");
+         j["active_params_billion"] = 1e308;
+       },
+       "field 'active_params_billion' must be in [0, min(params_billion = 0, 1e5)]"},
       {[](json& j) { j["full_attention"]["num_kv_heads"] = 0; },
        "field 'full_attention.num_kv_heads' must be positive"},
       {[](json& j) {

@@ -2,6 +2,7 @@
 // parameter counts of the shipped models, loaded from their own Hugging Face configs
 // (tests/data/hf_configs/<name>/, given as --model DIR), and the refusal when a field is missing.
 #include <cmath>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -77,6 +78,18 @@ TEST(ParamCount, ActiveParametersCountTheRoutedExpertsPerToken) {
   ModelConfig m;
   m.params_billion = 35.0;
   EXPECT_EQ(m.active_params(), 35.0);
+  // A malformed or zero experts-per-token field leaves the total as it is and the active count
+  // at the total (all experts).
+  const ModelConfig ref = load_model(hf_dir("qwen3-next-80b-a3b"), 4);
+  for (const nlohmann::json& bad : {nlohmann::json("ten"), nlohmann::json(0)}) {
+    std::ifstream in(hf_dir("qwen3-next-80b-a3b") + "/config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["num_experts_per_tok"] = bad;
+    const ModelConfig c = parse_model_config(j, "config.json", 4);
+    EXPECT_TRUE(c.weights_unknown.empty()) << c.weights_unknown;
+    EXPECT_DOUBLE_EQ(c.params_billion, ref.params_billion);
+    EXPECT_DOUBLE_EQ(c.active_params_billion, c.params_billion);
+  }
 }
 
 // A field the count needs is missing: the weights are unknown, named, and the budget asks for

@@ -362,10 +362,10 @@ void validate_model(const ModelConfig& m, const std::string& origin) {
   if (!(m.params_billion >= 0) || !(m.params_billion <= 1e5))
     fail("{}: field 'params_billion' must be a number of billions in [0, 1e5], got {}", origin,
          m.params_billion);
-  if (!(m.active_params_billion >= 0) ||
+  if (!(m.active_params_billion >= 0) || !(m.active_params_billion <= 1e5) ||
       (m.params_billion > 0 && !(m.active_params_billion <= m.params_billion)))
-    fail("{}: field 'active_params_billion' must be in [0, params_billion = {}], got {}", origin,
-         m.params_billion, m.active_params_billion);
+    fail("{}: field 'active_params_billion' must be in [0, min(params_billion = {}, 1e5)], got {}",
+         origin, m.params_billion, m.active_params_billion);
   if (m.ssm_dtype != "float32" && m.ssm_dtype != "bfloat16" && m.ssm_dtype != "float16")
     fail("{}: field 'ssm_dtype' must be float32, bfloat16 or float16, got '{}'", origin,
          m.ssm_dtype);

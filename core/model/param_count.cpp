@@ -55,9 +55,12 @@ double moe_params(double hidden, double experts, double routed, double moe_inter
          (shared_gate && shared_inter > 0 ? hidden : 0.0);
 }
 
-// The experts one token is routed to (`key`), all of them when the config does not say.
+// The experts one token is routed to (`key`), all of them when the config does not say (or says
+// 0).
 double experts_per_token(const Fields& f, const char* key, double experts, bool active) {
-  return active ? std::min(experts, f.opt(key, experts)) : experts;
+  if (!active) return experts;
+  const double k = f.opt(key, experts);
+  return k > 0 ? std::min(experts, k) : experts;
 }
 
 double qwen_params(const Fields& f, const ModelConfig& m, bool active) {
@@ -150,12 +153,18 @@ ParamCount hf_param_count(const json& top, const ModelConfig& m) {
     c.missing = fmt::format("dtype '{}' (expected bfloat16, float16 or float32)", c.dtype);
   if (!c.missing.empty()) return c;
   try {
-    const bool kda = m.gate == GateKind::kda;
-    c.params = kda ? kimi_params(f, m, false) : qwen_params(f, m, false);
-    c.active_params = kda ? kimi_params(f, m, true) : qwen_params(f, m, true);
+    c.params = m.gate == GateKind::kda ? kimi_params(f, m, false) : qwen_params(f, m, false);
   } catch (const MissingField& e) {
-    c.params = c.active_params = 0.0;
+    c.params = 0.0;
     c.missing = fmt::format("field '{}'", e.field);
+    return c;
+  }
+  // The active count reads one more field; when that is malformed the total stands and the
+  // active count falls back to it.
+  try {
+    c.active_params = m.gate == GateKind::kda ? kimi_params(f, m, true) : qwen_params(f, m, true);
+  } catch (const MissingField&) {
+    c.active_params = c.params;
   }
   return c;
 }

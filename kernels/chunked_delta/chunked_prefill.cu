@@ -39,10 +39,10 @@ constexpr int kLdK = kDk + 8;    // bf16 row stride of [64][128] tiles (ldmatrix
 constexpr int kLdKda = kDk + 2;  // KDA's raw k rows: 65 words, column reads without conflicts
 constexpr int kLdC = kC + 8;     // bf16 row stride of [64][64] tiles
 constexpr int kLdF = kC + 4;     // fp32 row stride of A and T
-constexpr int kLdG = kDk + 1;
+constexpr int kLdG = kDk + 1;    // fp32 row stride of KDA's cumulative decays
 // KDA: the largest |G_r - G_m| (cumulative log decays of a row and its 16-row block's middle row)
 // for which the intra-chunk products run on tensor cores (step 2).
-constexpr float kSafeSpan = 40.0f;  // fp32 row stride of KDA's cumulative decays
+constexpr float kSafeSpan = 40.0f;
 
 // Shared-memory carve-up of one block, in bytes from the start (all offsets 16-byte aligned).
 template <int BV, bool KDA>
