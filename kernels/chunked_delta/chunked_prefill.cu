@@ -23,9 +23,11 @@
 #include <cuda_bf16.h>
 
 #include "core/recurrence/chunked_delta.h"
+#include "kernels/chunked_delta/unit_lower_inverse.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
 #include "kernels/common/mma_sync.cuh"
+#include "kernels/common/vector_io.cuh"
 #include "kernels/gated_delta/pool_params.h"
 
 namespace statecheck::cuda {
@@ -78,94 +80,11 @@ __device__ __forceinline__ uint4 float8_to_bf16x8(const float (&f)[8]) {
                     pack_bf16x2(f[6], f[7]));
 }
 
-// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+);
-// with valid == false the 16 bytes are zero-filled and nothing is read.
-__device__ __forceinline__ void copy_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void wait_async_copies() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
 // Sum over the 16 lanes of a half warp.
 __device__ __forceinline__ float half_warp_sum(float x) {
 #pragma unroll
   for (int m = 1; m < 16; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
-}
-
-template <typename StateT>
-__device__ __forceinline__ float2 load_pair(const StateT* p) {
-  if constexpr (sizeof(StateT) == 4) {
-    return *reinterpret_cast<const float2*>(p);
-  } else {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-  }
-}
-
-template <typename StateT>
-__device__ __forceinline__ void store_pair(StateT* p, float a, float b) {
-  if constexpr (sizeof(StateT) == 4)
-    *reinterpret_cast<float2*>(p) = make_float2(a, b);
-  else
-    *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(a, b);
-}
-
-// The 16 x 16 blocks of T = (I + A)^-1 for unit lower-triangular I + A, A strictly lower in `A`
-// [64][kLdF], into `T` [64][kLdF] (blocks on and below the diagonal; the diagonal blocks' upper
-// parts are written as zeros, the blocks above them are not touched). Diagonal blocks by forward
-// substitution in fp32 (warp w < 4: block w, lane l < 16: column l). Then block row i = 1, 2, 3
-// after one another, T_i,0..i-1 = -T_ii (A_i,0..i-1 T_0..i-1,0..i-1), on tensor cores with tf32
-// operands (warp w < 2 i: the 8 columns 8 w ..; rows of T above a column's diagonal are zero, so
-// its product starts there). Ends with a barrier.
-__device__ void invert_unit_lower(const float* A, float* T, int warp, int lane) {
-  if (warp < 4 && lane < 16) {
-    const int b = warp * 16;
-    float x[16];
-#pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      float acc = r == lane ? 1.0f : 0.0f;
-#pragma unroll
-      for (int c = 0; c < r; ++c) acc = __fmaf_rn(-A[(b + r) * kLdF + b + c], x[c], acc);
-      x[r] = acc;
-    }
-#pragma unroll
-    for (int r = 0; r < 16; ++r) T[(b + r) * kLdF + b + lane] = x[r];
-  }
-  __syncthreads();
-  const int g = lane >> 2, t = lane & 3;
-  for (int i = 1; i < 4; ++i) {
-    const int r0 = 16 * i, n0 = warp * 8;
-    if (n0 < r0) {
-      float m[4] = {};
-      for (int k0 = n0; k0 < r0; k0 += 8) {
-        const uint32_t a[4] = {
-            to_tf32(A[(r0 + g) * kLdF + k0 + t]), to_tf32(A[(r0 + g + 8) * kLdF + k0 + t]),
-            to_tf32(A[(r0 + g) * kLdF + k0 + t + 4]), to_tf32(A[(r0 + g + 8) * kLdF + k0 + t + 4])};
-        mma_m16n8k8_tf32(m, a, to_tf32(T[(k0 + t) * kLdF + n0 + g]),
-                         to_tf32(T[(k0 + t + 4) * kLdF + n0 + g]));
-      }
-      float* out0 = T + (r0 + g) * kLdF + n0 + 2 * t;
-      float* out1 = out0 + 8 * kLdF;
-      out0[0] = m[0], out0[1] = m[1], out1[0] = m[2], out1[1] = m[3];
-      __syncwarp();
-      float o[4] = {};
-#pragma unroll
-      for (int k0 = 0; k0 < 16; k0 += 8) {
-        const uint32_t a[4] = {to_tf32(T[(r0 + g) * kLdF + r0 + k0 + t]),
-                               to_tf32(T[(r0 + g + 8) * kLdF + r0 + k0 + t]),
-                               to_tf32(T[(r0 + g) * kLdF + r0 + k0 + t + 4]),
-                               to_tf32(T[(r0 + g + 8) * kLdF + r0 + k0 + t + 4])};
-        mma_m16n8k8_tf32(o, a, to_tf32(T[(r0 + k0 + t) * kLdF + n0 + g]),
-                         to_tf32(T[(r0 + k0 + t + 4) * kLdF + n0 + g]));
-      }
-      __syncwarp();
-      out0[0] = -o[0], out0[1] = -o[1], out1[0] = -o[2], out1[1] = -o[3];
-    }
-    __syncthreads();
-  }
 }
 
 template <int BV, bool KDA, typename StateT>
@@ -205,9 +124,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
 #pragma unroll
   for (int n = 0; n < kNTS; ++n) {
     const int col = sn0 + n * 8 + 2 * t4;
-    const float2 a = load_pair(state + (sm + g8) * kDk + col);
-    const float2 b = load_pair(state + (sm + g8 + 8) * kDk + col);
-    accS[n][0] = a.x, accS[n][1] = a.y, accS[n][2] = b.x, accS[n][3] = b.y;
+    load_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
+    load_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
   }
   store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
 
@@ -299,8 +217,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
               p.v + (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + v0 + seg * 8);
         *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) = raw;
       }
-    }
-    if constexpr (KDA) {
       if (tid < kDk) {  // column scan of g over the chunk, one key channel per thread
         float acc = 0.0f;
         const float* gcol = p.g + (static_cast<size_t>(c0) * p.HV + h) * kDk + tid;
@@ -468,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
     __syncthreads();
 
     // 3. T = (I + A)^-1, Tb = T diag(beta); KDA: q becomes Qg = q e^G in place.
-    invert_unit_lower(sa, st, warp, lane);
+    invert_unit_lower<kLdF>(sa, st, warp, lane);
     for (int idx = tid; idx < kC * kC / 2; idx += kThreads) {
       const int r = idx / (kC / 2), s = (idx % (kC / 2)) * 2;
       const float x0 = s < r ? st[r * kLdF + s] : (s == r ? 1.0f : 0.0f);
@@ -549,8 +465,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
 #pragma unroll
   for (int n = 0; n < kNTS; ++n) {
     const int col = sn0 + n * 8 + 2 * t4;
-    store_pair(state + (sm + g8) * kDk + col, accS[n][0], accS[n][1]);
-    store_pair(state + (sm + g8 + 8) * kDk + col, accS[n][2], accS[n][3]);
+    store_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
+    store_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
   }
 }
 
@@ -579,17 +495,13 @@ void launch_tile(const GatedDeltaPoolArgs& a, const PoolParams& p, cudaStream_t 
 }
 
 void check_args(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
-  if (a.H <= 0 || a.HV <= 0 || a.dk <= 0 || a.dv <= 0)
-    fail("chunked_prefill_pool: H, HV, d_k, d_v must be positive (got {}, {}, {}, {})", a.H, a.HV,
-         a.dk, a.dv);
-  if (a.HV % a.H != 0) fail("chunked_prefill_pool: HV ({}) is not a multiple of H ({})", a.HV, a.H);
+  check_pool_shape(a, "chunked_prefill_pool");
   if (a.dk != kDk) fail("chunked_prefill_pool: d_k = {} is not supported (only 128)", a.dk);
   if (a.dv % 32 != 0) fail("chunked_prefill_pool: d_v = {} is not a multiple of 32", a.dv);
   if (opt.value_tile != 0 && opt.value_tile != 32 && opt.value_tile != 64)
     fail("chunked_prefill_pool: value_tile = {} (0, 32 or 64)", opt.value_tile);
   if (opt.value_tile != 0 && a.dv % opt.value_tile != 0)
     fail("chunked_prefill_pool: value_tile = {} does not divide d_v = {}", opt.value_tile, a.dv);
-  if (a.num_seqs < 0) fail("chunked_prefill_pool: num_seqs = {}", a.num_seqs);
   if (a.state_dtype != Dtype::fp32 && a.state_dtype != Dtype::bf16)
     fail("chunked_prefill_pool: the state dtype must be fp32 or bf16");
 }

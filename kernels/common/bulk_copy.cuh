@@ -1,5 +1,6 @@
-// Bulk copies between global and shared memory by the tensor memory accelerator (TMA), with the
-// transaction barriers (PTX mbarrier) that signal their completion. sm_90 and later (PTX ISA 8.0:
+// Copies between global and shared memory: bulk copies by the tensor memory accelerator (TMA),
+// with the transaction barriers (PTX mbarrier) that signal their completion, and per-thread
+// 16-byte cp.async copies (copy_async16, sm_80 and later). sm_90 and later (PTX ISA 8.0:
 // mbarrier expect_tx, cp.async.bulk, cp.async.bulk.commit_group / wait_group,
 // fence.proxy.async). Addresses are 16-byte aligned and sizes multiples of 16 bytes, at most
 // 2^20 - 1; the callers guarantee both.
@@ -20,6 +21,18 @@ namespace statecheck::cuda {
 // Shared-memory address of a generic pointer to shared memory (for PTX operands).
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global to shared memory without passing through registers (cp.async.cg); with
+// valid == false the 16 bytes are zero-filled and nothing is read (src must still be a valid
+// address). The copies of a thread complete at its wait_async_copies.
+__device__ __forceinline__ void copy_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void wait_async_copies() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 // Initialises a barrier that one arrival (the thread issuing the copy) plus the copy's bytes

@@ -18,11 +18,9 @@
 
 #include <cuda_bf16.h>
 
-namespace statecheck::cuda {
+#include "kernels/common/bulk_copy.cuh"
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace statecheck::cuda {
 
 template <bool TRANS>
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {

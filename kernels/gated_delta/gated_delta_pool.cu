@@ -134,12 +134,8 @@ void launch_shape(const GatedDeltaPoolArgs& a, const Params& p, cudaStream_t str
 }  // namespace
 
 void gated_delta_pool(const GatedDeltaPoolArgs& a, cudaStream_t stream) {
-  if (a.H <= 0 || a.HV <= 0 || a.dk <= 0 || a.dv <= 0)
-    fail("gated_delta_pool: H, HV, d_k, d_v must be positive (got {}, {}, {}, {})", a.H, a.HV, a.dk,
-         a.dv);
-  if (a.HV % a.H != 0) fail("gated_delta_pool: HV ({}) is not a multiple of H ({})", a.HV, a.H);
+  check_pool_shape(a, "gated_delta_pool");
   if (a.dk > 256) fail("gated_delta_pool: d_k = {} > 256 is not supported", a.dk);
-  if (a.num_seqs < 0) fail("gated_delta_pool: num_seqs = {}", a.num_seqs);
   if (a.max_blocks < 0) fail("gated_delta_pool: max_blocks = {} (0: no cap)", a.max_blocks);
   if (a.num_seqs == 0) return;
   const Params p = pool_params(a, "gated_delta_pool");

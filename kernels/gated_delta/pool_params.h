@@ -1,6 +1,6 @@
 // The device-side parameters of a launch over a state pool (gated_delta_pool.h), shared by the
 // recurrent kernels (kernels/gated_delta/) and the chunked prefill (kernels/chunked_delta/): the
-// launch arguments as typed device pointers, and the pointer checks both launchers make.
+// launch arguments as typed device pointers, and the shape and pointer checks both launchers make.
 #pragma once
 
 #include <cmath>
@@ -28,6 +28,15 @@ struct PoolParams {
   const float* beta;
   __nv_bfloat16* o;
 };
+
+// The shape checks every pool launch makes, before any device work. Throws statecheck::Error,
+// prefixed with `who`, when H, HV, d_k or d_v is not positive, HV % H != 0 or num_seqs < 0.
+inline void check_pool_shape(const GatedDeltaPoolArgs& a, const char* who) {
+  if (a.H <= 0 || a.HV <= 0 || a.dk <= 0 || a.dv <= 0)
+    fail("{}: H, HV, d_k, d_v must be positive (got {}, {}, {}, {})", who, a.H, a.HV, a.dk, a.dv);
+  if (a.HV % a.H != 0) fail("{}: HV ({}) is not a multiple of H ({})", who, a.HV, a.H);
+  if (a.num_seqs < 0) fail("{}: num_seqs = {}", who, a.num_seqs);
+}
 
 // The parameters of launch `a`. Throws statecheck::Error, prefixed with `who`, when a required
 // pointer is null (named) or the state pool is not 16-byte aligned (the kernels move state rows

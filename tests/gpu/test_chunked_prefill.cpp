@@ -21,8 +21,8 @@
 
 using namespace statecheck;
 using namespace statecheck::cuda;
+using statecheck::cuda::testing::DevicePoolBatch;
 using statecheck::cuda::testing::GpuTest;
-using statecheck::cuda::testing::Guarded;
 using statecheck::cuda::testing::make_pool_batch;
 using statecheck::cuda::testing::pool_value;
 using statecheck::test_support::error_of;
@@ -63,36 +63,15 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.name;
 }
 
-struct Launch {
-  std::vector<float> pool32;
-  std::vector<uint16_t> pool16, o;  // o: 0xFFFF (bf16 NaN) where the kernel wrote nothing
-  bool guards_intact = false;
-};
+using Launch = statecheck::cuda::testing::LaunchResult;
 
-Launch launch(const Case& c, const HostPoolBatch& b, int value_tile, bool with_outputs) {
-  const int T = b.cu_seqlens.back();
-  Guarded<float> pool32(b.pool_fp32);
-  Guarded<uint16_t> pool16(b.pool_bf16);
-  Guarded<int32_t> ids(b.slot_ids), cu(b.cu_seqlens);
-  Guarded<uint16_t> q(b.q), k(b.k), v(b.v);
-  Guarded<float> g(b.g), beta(b.beta);
-  Guarded<uint16_t> o(std::vector<uint16_t>(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF));
-  GatedDeltaPoolArgs a;
-  a.num_seqs = static_cast<int>(b.slot_ids.size());
-  a.H = c.H, a.HV = c.HV, a.dk = 128, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
-  a.state_pool = c.dtype == Dtype::fp32 ? static_cast<void*>(pool32.data())
-                                        : static_cast<void*>(pool16.data());
-  a.pool_slots = kSlots;
-  a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
-  a.g = g.data(), a.beta = beta.data(), a.o = with_outputs ? o.data() : nullptr;
+Launch launch(const HostPoolBatch& b, int value_tile, bool with_outputs) {
+  DevicePoolBatch d(b, kSlots);
   ChunkedPrefillOptions opt;
   opt.value_tile = value_tile;
-  chunked_prefill_pool(a, opt);
+  chunked_prefill_pool(d.args(with_outputs), opt);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
-  Launch r;
-  r.pool32 = pool32.download(), r.pool16 = pool16.download(), r.o = o.download();
-  r.guards_intact = pool32.guard_intact() && pool16.guard_intact() && o.guard_intact();
-  return r;
+  return d.download();
 }
 
 double rel_frobenius(const std::vector<double>& x, const std::vector<double>& ref) {
@@ -113,7 +92,7 @@ class ChunkedPrefill : public GpuTest, public ::testing::WithParamInterface<Case
 TEST_P(ChunkedPrefill, MatchesFp64LoopAndChunkedReference) {
   const Case c = GetParam();
   const HostPoolBatch before = case_batch(c, 2026);
-  const Launch run = launch(c, before, 0, true);
+  const Launch run = launch(before, 0, true);
   EXPECT_TRUE(run.guards_intact) << "write past the pool or the outputs";
   HostPoolBatch got = before;
   got.pool_fp32 = run.pool32, got.pool_bf16 = run.pool16;
@@ -172,14 +151,14 @@ TEST_P(ChunkedPrefill, MatchesFp64LoopAndChunkedReference) {
 TEST_P(ChunkedPrefill, ValueTilesAgreeBitForBitAndOutputsAreOptional) {
   const Case c = GetParam();
   const HostPoolBatch b = case_batch(c, 77);
-  const Launch t32 = launch(c, b, 32, true);
-  const Launch bare = launch(c, b, 32, false);
+  const Launch t32 = launch(b, 32, true);
+  const Launch bare = launch(b, 32, false);
   EXPECT_EQ(t32.pool32, bare.pool32);
   EXPECT_EQ(t32.pool16, bare.pool16);
   EXPECT_TRUE(std::all_of(bare.o.begin(), bare.o.end(), [](uint16_t x) { return x == 0xFFFF; }))
       << "outputs written although o is null";
   if (c.dv % 64 != 0) return;
-  const Launch t64 = launch(c, b, 64, true);
+  const Launch t64 = launch(b, 64, true);
   EXPECT_TRUE(t64.guards_intact);
   EXPECT_EQ(0, std::memcmp(t32.pool32.data(), t64.pool32.data(), t32.pool32.size() * 4));
   EXPECT_EQ(t32.pool16, t64.pool16);

@@ -19,8 +19,9 @@
 
 using namespace statecheck;
 using namespace statecheck::cuda;
+using statecheck::cuda::testing::DevicePoolBatch;
 using statecheck::cuda::testing::GpuTest;
-using statecheck::cuda::testing::Guarded;
+using statecheck::cuda::testing::LaunchResult;
 using statecheck::cuda::testing::make_pool_batch;
 using statecheck::cuda::testing::pool_value;
 
@@ -57,40 +58,20 @@ float as_float(const HostPoolBatch& b, size_t e) {
   return pool_value(b, e);
 }
 
-// One launch of batch b (shapes from c) with the given hint, grid cap and outputs on or off.
-struct Launch {
-  std::vector<float> pool32;
-  std::vector<uint16_t> pool16, o;  // o: 0xFFFF (bf16 NaN) where the kernel wrote nothing
-  bool guards_intact = false;       // nothing written past the pool or the outputs
+// One launch of batch b with the given hint, grid cap and outputs on or off.
+struct Launch : LaunchResult {
   GatedDeltaKernel kernel = GatedDeltaKernel::general;  // gated_delta_pool_variant
 };
 
-Launch launch(const Case& c, const HostPoolBatch& b, int max_seq_len, int max_blocks,
-              bool with_outputs) {
-  const int T = b.cu_seqlens.back();
-  Guarded<float> pool32(b.pool_fp32);
-  Guarded<uint16_t> pool16(b.pool_bf16);
-  Guarded<int32_t> ids(b.slot_ids), cu(b.cu_seqlens);
-  Guarded<uint16_t> q(b.q), k(b.k), v(b.v);
-  Guarded<float> g(b.g), beta(b.beta);
-  Guarded<uint16_t> o(std::vector<uint16_t>(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF));
-
-  GatedDeltaPoolArgs a;
-  a.num_seqs = static_cast<int>(b.slot_ids.size());
+Launch launch(const HostPoolBatch& b, int max_seq_len, int max_blocks, bool with_outputs) {
+  DevicePoolBatch d(b, 12);
+  GatedDeltaPoolArgs a = d.args(with_outputs);
   a.max_seq_len = max_seq_len, a.max_blocks = max_blocks;
-  a.H = c.H, a.HV = c.HV, a.dk = c.dk, a.dv = c.dv, a.gate = c.gate, a.state_dtype = c.dtype;
-  a.qk_l2norm = c.qk_l2norm;
-  a.state_pool = c.dtype == Dtype::fp32 ? static_cast<void*>(pool32.data())
-                                        : static_cast<void*>(pool16.data());
-  a.pool_slots = 12;
-  a.slot_ids = ids.data(), a.cu_seqlens = cu.data(), a.q = q.data(), a.k = k.data(), a.v = v.data();
-  a.g = g.data(), a.beta = beta.data(), a.o = with_outputs ? o.data() : nullptr;
   Launch r;
   r.kernel = gated_delta_pool_variant(a);
   gated_delta_pool(a);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
-  r.pool32 = pool32.download(), r.pool16 = pool16.download(), r.o = o.download();
-  r.guards_intact = pool32.guard_intact() && pool16.guard_intact() && o.guard_intact();
+  static_cast<LaunchResult&>(r) = d.download();
   return r;
 }
 
@@ -105,7 +86,7 @@ TEST_P(GatedDeltaPool, MatchesCpuReference) {
   // the case sets the hint itself.
   const int longest = *std::max_element(c.lengths.begin(), c.lengths.end());
   const int hint = c.max_seq_len >= 0 ? c.max_seq_len : (longest <= 1 ? 1 : 0);
-  const Launch run = launch(c, ref, hint, c.max_blocks, true);
+  const Launch run = launch(ref, hint, c.max_blocks, true);
   EXPECT_EQ(run.kernel == GatedDeltaKernel::decode_staged, c.staged)
       << "the launch ran on " << gated_delta_kernel_name(run.kernel);
   EXPECT_EQ(run.kernel == GatedDeltaKernel::decode_packed_bf16, c.packed)
@@ -264,9 +245,9 @@ TEST_F(GpuTest, StagedDecodeMatchesRowKernelBitForBit) {
     SCOPED_TRACE(gate == GateKind::gdn ? "gdn" : "kda");
     const Case c{"bits", 2, 6, 128, 64, gate, Dtype::fp32, kDecodeGaps};
     const HostPoolBatch b = make_batch(c, 99);
-    const Launch staged = launch(c, b, 1, 2, true);  // 96 tiles on 2 blocks
-    const Launch rows = launch(c, b, 0, 0, true);
-    const Launch staged_no_outputs = launch(c, b, 1, 2, false);
+    const Launch staged = launch(b, 1, 2, true);  // 96 tiles on 2 blocks
+    const Launch rows = launch(b, 0, 0, true);
+    const Launch staged_no_outputs = launch(b, 1, 2, false);
     ASSERT_EQ(staged.kernel, GatedDeltaKernel::decode_staged);
     ASSERT_EQ(rows.kernel, GatedDeltaKernel::rows8);
     EXPECT_FALSE(same_bits(staged.pool32, b.pool_fp32)) << "the launch changed no state";
@@ -296,9 +277,9 @@ TEST_F(GpuTest, PackedBf16DecodeMatchesRowKernelBitForBit) {
           Case c{"bits", 2, 6, dk, 72, gate, Dtype::bf16, *lengths};
           c.qk_l2norm = l2norm;
           const HostPoolBatch b = make_batch(c, 7);
-          const Launch packed = launch(c, b, 1, 0, true);
-          const Launch rows = launch(c, b, 0, 0, true);
-          const Launch packed_no_outputs = launch(c, b, 1, 0, false);
+          const Launch packed = launch(b, 1, 0, true);
+          const Launch rows = launch(b, 0, 0, true);
+          const Launch packed_no_outputs = launch(b, 1, 0, false);
           ASSERT_EQ(packed.kernel, GatedDeltaKernel::decode_packed_bf16);
           ASSERT_EQ(rows.kernel, GatedDeltaKernel::rows8);
           EXPECT_NE(packed.pool16, b.pool_bf16) << "the launch changed no state";
