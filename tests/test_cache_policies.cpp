@@ -23,7 +23,8 @@ struct Paging {
   std::vector<RequestSpec> requests;
 };
 
-Paging paging_workload(const std::vector<int>& sequence, const std::vector<int>& prefix_len) {
+Paging paging_workload(const std::vector<int>& sequence, const std::vector<int>& prefix_len,
+                       int fresh_tokens = 4) {
   Paging w;
   for (size_t p = 0; p < prefix_len.size(); ++p) {
     std::vector<int32_t> t(static_cast<size_t>(prefix_len[p]));
@@ -34,8 +35,8 @@ Paging paging_workload(const std::vector<int>& sequence, const std::vector<int>&
   for (int p : sequence) {
     RequestSpec s;
     const auto& pre = w.prefixes[static_cast<size_t>(p)];
-    s.prompt.assign(pre.begin(), pre.end());
-    for (int i = 0; i < 4; ++i) s.prompt.push_back(fresh++);
+    s.prompt = pre;
+    for (int i = 0; i < fresh_tokens; ++i) s.prompt.push_back(fresh++);
     s.output_len = 1;
     w.requests.push_back(std::move(s));
   }
@@ -56,11 +57,14 @@ EngineConfig paging_config(PolicyKind policy, int slots) {
   return c;
 }
 
-// Requests served from the cache (state hits) of `sequence` over prefixes of `prefix_len` tokens.
+// Requests served from the cache (state hits) of `sequence` over prefixes of `prefix_len` tokens,
+// each request adding `fresh_tokens`, on a KV pool of `kv_tokens` (0: never binding).
 int64_t paging_hits(PolicyKind policy, const std::vector<int>& sequence, int slots,
-                    const std::vector<int>& prefix_len, double marconi_alpha = -1.0) {
-  const Paging w = paging_workload(sequence, prefix_len);
+                    const std::vector<int>& prefix_len, double marconi_alpha = -1.0,
+                    int fresh_tokens = 4, int64_t kv_tokens = 0) {
+  const Paging w = paging_workload(sequence, prefix_len, fresh_tokens);
   EngineConfig c = paging_config(policy, slots);
+  if (kv_tokens > 0) c.cache.kv_tokens = kv_tokens;
   c.cache.marconi_alpha = marconi_alpha;
   // marconi: a long prefix saves quadratically more attention FLOPs per byte than a short one.
   c.cache.flops.dense_per_token = 1.0;
@@ -181,6 +185,36 @@ TEST(CachePolicies, HandCountsMatchTheOptimum) {
   EXPECT_EQ(min_hits(kCyclic, 2), 3);
   EXPECT_EQ(paging_hits(PolicyKind::belady, {0, 1, 2, 0, 1, 2, 0, 1, 2}, 2, {64, 16, 16}),
             min_hits({0, 1, 2, 0, 1, 2, 0, 1, 2}, 2));
+}
+
+// A cyclic scan whose requests each add a fresh block past a grid point (the cyclic generator of
+// scripts/make_workload_trace.py in miniature): prefixes of 16 tokens, 12 fresh tokens, Cg = 8, 4
+// rounds of K = 3 over 2 checkpoint slots. A miss caches its state at 24 (floor(27 / 8) x 8),
+// inside the fresh tokens: no later request uses it. Only a checkpoint at 16 is reused, and the
+// engine makes one only when a request walks into a cached prefix's KV (the branching point of an
+// earlier request's leaf), after which the prefix hits in later rounds. LRU evicts each leaf before
+// its prefix returns (a scan): 0 hits. The optimum, by hand: keep prefix 0's leaf through round 1,
+// its checkpoint at 16 from round 2 on, and let every other miss churn through the second slot:
+// prefix 0 hits in rounds 3 and 4, 2 hits; no schedule does better, as a branching miss caches two
+// states (16 and 24) and so takes both slots, and a kept checkpoint leaves one slot for the churn.
+// Ranking by the state alone, every leaf's state is dead, the bound ties all of them and falls
+// back to LRU order (0 hits); ranked next by the first tokens its eviction deletes, it keeps the
+// leaf whose prefix returns first and reaches the optimum. The same with a KV pool of 60 tokens
+// and 3 slots, where bip's 2 hits were above the state-only bound's 0. No online policy passes it.
+TEST(CachePolicies, BeladyKeepsTheSharedTokensOfDeadLeaves) {
+  std::vector<int> seq;
+  for (int r = 0; r < 4; ++r)
+    for (int p = 0; p < 3; ++p) seq.push_back(p);
+  const std::vector<int> len = {16, 16, 16};
+  EXPECT_EQ(paging_hits(PolicyKind::lru, seq, 2, len, -1.0, 12), 0);
+  EXPECT_EQ(paging_hits(PolicyKind::belady, seq, 2, len, -1.0, 12), 2);
+  for (const auto& [slots, kv] : std::vector<std::pair<int, int64_t>>{{2, 0}, {3, 60}, {3, 80}}) {
+    const int64_t bound = paging_hits(PolicyKind::belady, seq, slots, len, -1.0, 12, kv);
+    EXPECT_GT(bound, 0) << slots << " slots, KV " << kv;
+    for (PolicyKind p : all_policies())
+      EXPECT_LE(paging_hits(p, seq, slots, len, -1.0, 12, kv), bound)
+          << policy_name(p) << ", " << slots << " slots, KV " << kv;
+  }
 }
 
 // future-count knows how often, not when: it beats recency where the counts tell, and loses to it
@@ -410,6 +444,13 @@ TEST(CachePolicies, NextUseIndexMatchesADirectScan) {
   EXPECT_EQ(ix.uses_after(k2, 0), 3);
   EXPECT_EQ(ix.uses_after(ix.key(p4, 1), 1), 3);
   EXPECT_EQ(ix.uses_after(ix.key(p4, 1), 4), 0);
+  // grid_keys: the key of every grid prefix in one pass, equal to key() at each grid depth.
+  std::vector<uint64_t> grid;
+  const int32_t p5[] = {1, 2, 3, 4, 5};
+  ix.grid_keys(p5, 5, grid);
+  EXPECT_EQ(grid, (std::vector<uint64_t>{k2, k4}));
+  ix.grid_keys(p5, 1, grid);
+  EXPECT_TRUE(grid.empty());
   const int32_t other[] = {7, 7, 7, 7};
   EXPECT_EQ(ix.uses_after(ix.key(other, 4), -1), 0);  // never used
   // On seeded random workloads both queries equal a direct scan of the requests.

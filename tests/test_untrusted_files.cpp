@@ -289,6 +289,19 @@ TEST(UntrustedHdf5, IsolatedReadEqualsTheInProcessRead) {
   EXPECT_EQ(a.data, b.data);
 }
 
+// An empty dataset is a valid file: both readers return shape {0} and no data (the copy out of
+// the reader process has no buffer to write to; the fuzzer found it).
+TEST(UntrustedHdf5, EmptyDatasetReadsAsShapeZeroInBothReaders) {
+  const std::string path = temp_path("empty.h5");
+  const float none = 0.0f;
+  write_h5_dataset(path, H5T_IEEE_F32LE, &none, 0, 0, 0, false, "");
+  const FloatArray a = read_hdf5_array(path), b = read_hdf5_array_isolated(path);
+  EXPECT_EQ(a.shape, std::vector<size_t>{0});
+  EXPECT_EQ(b.shape, std::vector<size_t>{0});
+  EXPECT_TRUE(a.data.empty());
+  EXPECT_TRUE(b.data.empty());
+}
+
 // fp32 data carrying dtype = "bf16" (and the reverse) are mislabelled, as the safetensors reader
 // says of its equivalent.
 TEST(UntrustedHdf5, DtypeAttributeThatDisagreesWithTheStoredTypeIsRefused) {

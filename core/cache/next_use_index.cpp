@@ -56,6 +56,19 @@ uint64_t NextUseIndex::key(const int32_t* tokens, int64_t depth) const {
   return make_key(h, c);
 }
 
+void NextUseIndex::grid_keys(const int32_t* tokens, int64_t depth,
+                             std::vector<uint64_t>& out) const {
+  out.clear();
+  const int64_t c = depth / g_ * g_;
+  if (c <= 0) return;
+  out.reserve(static_cast<size_t>(c / g_));
+  uint64_t h = kFnvOffset;
+  for (int64_t i = 0; i < c; ++i) {
+    h = fnv_step(h, tokens[i]);
+    if ((i + 1) % g_ == 0) out.push_back(make_key(h, i + 1));
+  }
+}
+
 int64_t NextUseIndex::next_use(uint64_t key, int64_t now) const {
   if (key == 0) return now + 1 < static_cast<int64_t>(requests_) ? now + 1 : kNever;
   auto it = std::upper_bound(entries_.begin(), entries_.end(), std::make_pair(key, now));

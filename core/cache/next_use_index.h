@@ -32,6 +32,10 @@ class NextUseIndex {
 
   // Key of the prefix tokens[0, depth) (see the file comment); 0 for depth < G (the empty prefix).
   uint64_t key(const int32_t* tokens, int64_t depth) const;
+  // The keys of every grid prefix of tokens[0, depth): out[i] = key of tokens[0, (i + 1) G) for
+  // (i + 1) G <= depth (out is replaced; empty for depth < G). out.back() == key(tokens, depth).
+  // One pass of the hash, as key() makes.
+  void grid_keys(const int32_t* tokens, int64_t depth, std::vector<uint64_t>& out) const;
   // The first request id > now that uses the prefix of `key`; kNever when none does. Key 0 (the
   // empty prefix): now + 1 while requests remain.
   int64_t next_use(uint64_t key, int64_t now) const;

@@ -535,7 +535,8 @@ FloatArray read_hdf5_array_isolated(const std::string& path, const std::string& 
        bytes.size() - c.at == count * sizeof(float);
   if (!ok) fail("{}: the HDF5 reader returned a damaged result", path);
   a.data.resize(count);
-  std::memcpy(a.data.data(), bytes.data() + c.at, count * sizeof(float));
+  // An empty dataset has no buffer to copy into (memcpy's pointers must not be null).
+  if (count > 0) std::memcpy(a.data.data(), bytes.data() + c.at, count * sizeof(float));
   return a;
 }
 
