@@ -84,18 +84,22 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
                    mr.token_hit_rate, "", binds);
       }
       if (belady_rate > 0) {
-        double best = 0.0;
+        // The best online policy (the first in the list on a tie, also when none hits); no gap
+        // without one.
+        double best = -1.0;
         std::string who;
         for (size_t pi = 0; pi < o.policies.size(); ++pi)
           if (!policy_is_offline(o.policies[pi]) && rates[pi] > best) {
             best = rates[pi];
             who = pnames[pi];
           }
-        const double gap = (belady_rate - best) / belady_rate;
-        summary.set(fmt::format("replay.sweep.f{:.4f}.{}.best_online_gap", f, mode), gap);
-        fmt::print(
-            "replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} best online {} at {:.1f}% below belady\n", f,
-            "", "", "", mode, who, 100.0 * gap);
+        if (!who.empty()) {
+          const double gap = (belady_rate - best) / belady_rate;
+          summary.set(fmt::format("replay.sweep.f{:.4f}.{}.best_online_gap", f, mode), gap);
+          fmt::print(
+              "replay: {:>8.4f} {:>6} {:>6} {:>9} {:<5} best online {} at {:.1f}% below belady\n",
+              f, "", "", "", mode, who, 100.0 * gap);
+        }
         for (size_t pi = 0; pi < o.policies.size(); ++pi)
           if (o.policies[pi] == PolicyKind::future_count) {
             // What knowing how often, but not when, each prefix is used again reaches.

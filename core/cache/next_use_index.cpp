@@ -79,8 +79,23 @@ int64_t NextUseIndex::next_use(uint64_t key, int64_t now) const {
 int64_t NextUseIndex::uses_after(uint64_t key, int64_t now) const {
   if (key == 0) return std::max<int64_t>(0, static_cast<int64_t>(requests_) - (now + 1));
   const auto first = std::upper_bound(entries_.begin(), entries_.end(), std::make_pair(key, now));
-  const auto last = std::upper_bound(first, entries_.end(), std::make_pair(key, kNever));
+  // A key's entries are few and contiguous: gallop to a bound of its end, then search within.
+  const size_t begin = static_cast<size_t>(first - entries_.begin()), n = entries_.size();
+  size_t lo = begin, hi = begin, step = 1;
+  while (hi < n && entries_[hi].first == key) {
+    lo = hi;
+    hi = std::min(n, hi + step);
+    step *= 2;
+  }
+  const auto last = std::upper_bound(entries_.begin() + static_cast<std::ptrdiff_t>(lo),
+                                     entries_.begin() + static_cast<std::ptrdiff_t>(hi),
+                                     std::make_pair(key, kNever));
   return static_cast<int64_t>(last - first);
+}
+
+bool NextUseIndex::used_by(uint64_t key, int64_t j) const {
+  if (key == 0) return j >= 0 && j < static_cast<int64_t>(requests_);
+  return std::binary_search(entries_.begin(), entries_.end(), std::make_pair(key, j));
 }
 
 }  // namespace statecheck

@@ -13,6 +13,7 @@
 // token) over every request's tokens, then a sort. next_use is a binary search (O(log N)).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -42,6 +43,19 @@ class NextUseIndex {
   // How many requests with id > now use the prefix of `key` (future-count's score); key 0: every
   // request after now. O(log N).
   int64_t uses_after(uint64_t key, int64_t now) const;
+  // Whether request `j` uses the prefix of `key` (key 0: every request). O(log N).
+  bool used_by(uint64_t key, int64_t j) const;
+  // The first request id > now that uses the prefix of `key` and is not `skip`ped; kNever when
+  // none is left. At most `limit` uses are tested: past them the next use is returned untested (an
+  // earlier next use than the true one, never a later one). Key 0: as next_use.
+  template <class Skip>
+  int64_t next_use_unless(uint64_t key, int64_t now, Skip skip, int limit) const {
+    if (key == 0) return next_use(key, now);
+    auto it = std::upper_bound(entries_.begin(), entries_.end(), std::make_pair(key, now));
+    for (int tested = 0; it != entries_.end() && it->first == key; ++it, ++tested)
+      if (tested == limit || !skip(it->second)) return it->second;
+    return kNever;
+  }
 
   int granularity() const { return g_; }
   size_t requests() const { return requests_; }

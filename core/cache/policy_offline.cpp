@@ -33,6 +33,7 @@
 // belady is what knowing the order of the future adds; where reuse comes in bursts, recency can.
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "core/cache/eviction_policy.h"
@@ -55,28 +56,53 @@ class OfflinePolicy final : public EvictionPolicy {
 
   void on_request(int64_t id, const int32_t*, int64_t) override { now_ = std::max(now_, id); }
 
-  void on_state_added(const RadixTree&, int32_t node, const int32_t* tokens,
+  void on_state_added(const RadixTree& tree, int32_t node, const int32_t* tokens,
                       int64_t depth) override {
     if (static_cast<size_t>(node) >= nodes_.size()) nodes_.resize(static_cast<size_t>(node) + 1);
     Prefix& p = nodes_[static_cast<size_t>(node)];
     p.depth = depth;
+    p.epoch = ++epoch_;
+    p.deeper.clear();
     index_->grid_keys(tokens, depth, p.grid);
+    if (K != PolicyKind::belady) return;
+    // Registered with its nearest state-holding ancestor, whose later uses it may shadow.
+    int32_t a = tree.node(node).parent;
+    while (a != RadixTree::kRoot && tree.node(a).state == kNoSlot) a = tree.node(a).parent;
+    if (a != RadixTree::kRoot && static_cast<size_t>(a) < nodes_.size())
+      nodes_[static_cast<size_t>(a)].deeper.push_back({node, p.epoch});
   }
 
   size_t choose(const RadixTree& tree, const std::vector<int32_t>& candidates,
                 EvictPool pool) override {
+    // Ranked by the state's own prefix, ties by the span's (file comment); the span's score is
+    // looked up only for a tie or a candidate that may end the search.
+    const auto span_score = [&](const std::pair<uint64_t, uint64_t>& k, int64_t own) {
+      return k.first == k.second ? own : score_(*index_, k.second, now_);
+    };
     size_t best = 0;
-    std::pair<int64_t, int64_t> best_score{std::numeric_limits<int64_t>::min(),
-                                           std::numeric_limits<int64_t>::min()};
+    std::pair<uint64_t, uint64_t> best_keys{0, 0};
+    int64_t best_own = std::numeric_limits<int64_t>::min();
+    std::optional<int64_t> best_span;
     for (size_t i = 0; i < candidates.size(); ++i) {
-      // Ranked by the state's own prefix, ties by the span's (file comment).
-      const auto [own, span] = candidate_keys(tree, candidates[i], pool);
-      const int64_t a = score_(*index_, own, now_);
-      const std::pair<int64_t, int64_t> sc{a, own == span ? a : score_(*index_, span, now_)};
-      if (sc > best_score) {
-        best_score = sc;
-        best = i;
-        if (sc.first >= enough_ && sc.second >= enough_) break;
+      const std::pair<uint64_t, uint64_t> k = candidate_keys(tree, candidates[i], pool);
+      const int64_t own = K == PolicyKind::belady && k.first == k.second && k.first != 0
+                              ? unshadowed_next_use(tree, candidates[i], k.first)
+                              : score_(*index_, k.first, now_);
+      if (own < best_own) continue;
+      if (own == best_own) {
+        if (!best_span) best_span = span_score(best_keys, best_own);
+        const int64_t span = span_score(k, own);
+        if (span <= *best_span) continue;
+        best_span = span;
+      } else {
+        best_own = own;
+        best_span.reset();
+      }
+      best = i;
+      best_keys = k;
+      if (best_own >= enough_) {
+        if (!best_span) best_span = span_score(best_keys, best_own);
+        if (*best_span >= enough_) break;
       }
     }
     return best;
@@ -87,7 +113,42 @@ class OfflinePolicy final : public EvictionPolicy {
     int64_t depth = 0;           // the node's depth (tokens); fixed while it lives (a split
                                  // shortens its edge from above)
     std::vector<uint64_t> grid;  // next-use keys of its grid prefixes (NextUseIndex::grid_keys)
+    uint64_t epoch = 0;          // which state of the node (a node id outlives its states)
+    // belady: (node, epoch) of states added below it while it was their nearest state-holding
+    // ancestor; entries whose state is gone are dropped when read.
+    std::vector<std::pair<int32_t, uint64_t>> deeper;
   };
+
+  // belady's next use of internal node x's state (key `key`): the first later request that uses
+  // its prefix without also using a deeper cached state registered below it (in `deeper`, on a
+  // grid point below x's), because such a request hits the deeper state and needs x's no more.
+  // A state that only ever serves as a stepping stone to a deeper one (a conversation's earlier
+  // turn, once the later turn is cached) is so never used again. The deeper states are taken as
+  // they are now (one of them may be evicted before that request): a heuristic of the bound.
+  int64_t unshadowed_next_use(const RadixTree& tree, int32_t x, uint64_t key) {
+    std::vector<std::pair<int32_t, uint64_t>>& deeper = nodes_[static_cast<size_t>(x)].deeper;
+    shadow_keys_.clear();
+    size_t kept = 0;
+    for (const auto& [y, epoch] : deeper) {
+      const RadixNode& n = tree.node(y);
+      const Prefix& py = nodes_[static_cast<size_t>(y)];
+      if (!n.live || n.state == kNoSlot || py.epoch != epoch) continue;
+      deeper[kept++] = {y, epoch};
+      const uint64_t ky = py.grid.empty() ? 0 : py.grid.back();
+      if (ky != 0 && ky != key) shadow_keys_.push_back(ky);
+    }
+    deeper.resize(kept);
+    if (shadow_keys_.empty()) return index_->next_use(key, now_);
+    return index_->next_use_unless(
+        key, now_,
+        [&](int64_t j) {
+          for (uint64_t ky : shadow_keys_)
+            if (index_->used_by(ky, j)) return true;
+          return false;
+        },
+        kShadowTests);
+  }
+  static constexpr int kShadowTests = 32;  // later uses tested per candidate
 
   // The keys candidate `id` is ranked by: its state's prefix, and the first grid prefix of the
   // span its eviction deletes (the same for an internal node's state; file comment).
@@ -113,6 +174,8 @@ class OfflinePolicy final : public EvictionPolicy {
   Score score_;
   int64_t enough_;
   std::vector<Prefix> nodes_;  // [node id], set when the node receives a state
+  uint64_t epoch_ = 0;
+  std::vector<uint64_t> shadow_keys_;  // scratch of unshadowed_next_use
   int64_t now_ = -1;
 };
 
