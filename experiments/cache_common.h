@@ -25,8 +25,8 @@ PayloadShape model_payload_shape(const ModelConfig& m);
 StateDtypes options_dtypes(const Options& o);
 
 // Budget inputs from --gpu-mem-gib, --mem-fraction, --weights-gib and, with `with_pools`, the pool
-// sizes --active-slots and --ckpt-slots (absent: 2A); without, the active pool comes from SGLang's ratio
-// split and there is no checkpoint pool.
+// sizes --active-slots and --ckpt-slots (absent: 2A); without, the active pool comes from SGLang's
+// ratio split and there is no checkpoint pool.
 BudgetInputs options_budget_inputs(const Options& o, bool with_pools);
 
 // The KV-token budget capacity and firecount run with: b.kv_tokens_correct (state pools, slot 0

@@ -42,14 +42,15 @@ std::vector<ExperimentEntry> make_registry() {
                         run_codec, true,
                         true,      K::state_numerics};
   codec.reads = join(
-      {{"seed", "threads", "quick", "drive", "states", "states-key", "inputs", "prefill", "decode"}, dtypes});
+      {{"seed", "threads", "quick", "drive", "states", "states-key", "inputs", "prefill", "decode"},
+       dtypes});
 
   ExperimentEntry chain{
       "chain",   "state error after n chained checkpoints, with the no-contraction ablation",
       run_chain, true,
       true,      K::state_numerics};
-  chain.reads = join({{"seed", "threads", "quick", "drive", "states", "states-key", "inputs", "codec",
-                       "chain-tokens", "chain-layers"},
+  chain.reads = join({{"seed", "threads", "quick", "drive", "states", "states-key", "inputs",
+                       "codec", "chain-tokens", "chain-layers"},
                       dtypes});
 
   ExperimentEntry memory{
@@ -87,7 +88,8 @@ std::vector<ExperimentEntry> make_registry() {
       true,
       false,
       K::cache_model};
-  replay.reads = join({{"quick", "trace", "trace-bad-lines", "trace-max-tokens", "strategy", "policy", "budget-sweep"},
+  replay.reads = join({{"quick", "trace", "trace-bad-lines", "trace-max-tokens", "strategy",
+                        "policy", "budget-sweep"},
                        budget,
                        engine});
   replay.sets_itself = {{"active-slots", replay_pools}, {"ckpt-slots", replay_pools}};

@@ -1,7 +1,8 @@
 // Input drives of the numerical experiments: where q, k, v, g and beta come from.
 //
-//   seed-kda   the public decode-error test (docs/numerics.md, "Real model shapes"): q, k, v ~ 0.5 N(0,1)
-//              rounded to bf16, beta ~ U(0, 1), per-channel g ~ -U(0, 0.1) - 0.005; KDA only.
+//   seed-kda   the public decode-error test (docs/numerics.md, "Real model shapes"):
+//              q, k, v ~ 0.5 N(0,1) rounded to bf16, beta ~ U(0, 1), per-channel
+//              g ~ -U(0, 0.1) - 0.005; KDA only.
 //   init-gdn   the real GDN layer's gate parameterisation at initialisation (docs/numerics.md
 //              section 1): per head exp(A_log) ~ U[1, 16], dt ~ logU[1e-3, 1e-1],
 //              dt_bias = softplus^-1(dt); per token a, b ~ N(0, 1) (unit-variance projections),
@@ -57,9 +58,9 @@ DriveSpec default_drive(const ModelConfig& m);
 void check_drive_matches_model(const DriveSpec& d, const ModelConfig& m);
 
 // A drawn beta (U(0, 1) or a sigmoid, in double) rounded to fp32 and kept inside the open interval
-// the delta rule assumes (docs/numerics.md, "The recurrence": beta in (0, 1)): a draw within 2^-25 of 1
-// rounds to 1.0f and an exact 0 stays 0, so the result is clamped to [2^-24, 1 - 2^-24], the top
-// being the largest float below 1 and the floor chosen to mirror it (draws in (0, 2^-24), which
+// the delta rule assumes (docs/numerics.md, "The recurrence": beta in (0, 1)): a draw within 2^-25
+// of 1 rounds to 1.0f and an exact 0 stays 0, so the result is clamped to [2^-24, 1 - 2^-24], the
+// top being the largest float below 1 and the floor chosen to mirror it (draws in (0, 2^-24), which
 // fp32 holds exactly, are raised to 2^-24 too). Throws statecheck::Error for a value outside
 // [0, 1] or NaN.
 float beta_to_float(double beta);

@@ -30,9 +30,9 @@ bool has_hdf5_signature(const std::string& path);
 // process, core/io/hdf5_isolated.h) and checks their shape against the model at its TP shard: L ==
 // linear layers, HV == value heads per shard, d_v, d_k. Throws statecheck::Error naming the file
 // and the mismatching axis (and suggesting
-// --tp when HV matches another TP degree). `key`: a tensor name, a pattern with one "{i}", or "" (the rules above); when no tensor fits, the
-// error names at most four of the tensors found and the --states-key to give. Returns one
-// MultiLayerState per state (N >= 1).
+// --tp when HV matches another TP degree). `key`: a tensor name, a pattern with one "{i}", or ""
+// (the rules above); when no tensor fits, the error names at most four of the tensors found and the
+// --states-key to give. Returns one MultiLayerState per state (N >= 1).
 std::vector<MultiLayerState> read_states_file(const std::string& path, const ModelConfig& model,
                                               const std::string& key = "");
 
