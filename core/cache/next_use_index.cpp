@@ -39,6 +39,7 @@ NextUseIndex::NextUseIndex(size_t requests,
   for (size_t j = 0; j < requests; ++j) {
     const std::vector<int32_t> t = tokens_of(j);
     const int64_t usable = static_cast<int64_t>(t.size()) - 1;  // the engine matches len - 1
+    matchable_.push_back(std::max<int64_t>(0, usable));
     uint64_t h = kFnvOffset;
     for (int64_t i = 0; i < usable; ++i) {
       h = fnv_step(h, t[static_cast<size_t>(i)]);

@@ -57,6 +57,14 @@ class NextUseIndex {
     return kNever;
   }
 
+  // Tokens request j can match (its prompt length - 1; the engine matches len - 1), 0 for j out
+  // of range.
+  int64_t matchable(int64_t j) const {
+    return j >= 0 && j < static_cast<int64_t>(matchable_.size())
+               ? matchable_[static_cast<size_t>(j)]
+               : 0;
+  }
+
   int granularity() const { return g_; }
   size_t requests() const { return requests_; }
   size_t entries() const { return entries_.size(); }
@@ -65,6 +73,7 @@ class NextUseIndex {
   int g_ = 64;
   size_t requests_ = 0;
   std::vector<std::pair<uint64_t, int64_t>> entries_;  // (key, request id), sorted
+  std::vector<int64_t> matchable_;                     // [request id] -> len - 1
 };
 
 }  // namespace statecheck

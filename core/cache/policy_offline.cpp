@@ -66,10 +66,23 @@ class OfflinePolicy final : public EvictionPolicy {
     index_->grid_keys(tokens, depth, p.grid);
     if (K != PolicyKind::belady) return;
     // Registered with its nearest state-holding ancestor, whose later uses it may shadow.
-    int32_t a = tree.node(node).parent;
-    while (a != RadixTree::kRoot && tree.node(a).state == kNoSlot) a = tree.node(a).parent;
-    if (a != RadixTree::kRoot && static_cast<size_t>(a) < nodes_.size())
-      nodes_[static_cast<size_t>(a)].deeper.push_back({node, p.epoch});
+    if (Prefix* a = nearest_state_ancestor(tree, node)) {
+      a->deeper.push_back({node, p.epoch});
+      const size_t n = a->deeper.size();
+      if (n >= 64 && (n & (n - 1)) == 0) keep_live(tree, a->deeper);  // bounded by live states
+    }
+  }
+
+  void on_state_removed(const RadixTree& tree, int32_t node) override {
+    if (static_cast<size_t>(node) >= nodes_.size()) return;
+    Prefix& p = nodes_[static_cast<size_t>(node)];
+    std::vector<uint64_t>().swap(p.grid);  // read only while the node holds a state
+    if (K != PolicyKind::belady || p.deeper.empty()) return;
+    // The states registered here are still below the next state-holding ancestor.
+    keep_live(tree, p.deeper);
+    if (Prefix* a = nearest_state_ancestor(tree, node))
+      a->deeper.insert(a->deeper.end(), p.deeper.begin(), p.deeper.end());
+    p.deeper.clear();
   }
 
   size_t choose(const RadixTree& tree, const std::vector<int32_t>& candidates,
@@ -114,41 +127,62 @@ class OfflinePolicy final : public EvictionPolicy {
                                  // shortens its edge from above)
     std::vector<uint64_t> grid;  // next-use keys of its grid prefixes (NextUseIndex::grid_keys)
     uint64_t epoch = 0;          // which state of the node (a node id outlives its states)
-    // belady: (node, epoch) of states added below it while it was their nearest state-holding
-    // ancestor; entries whose state is gone are dropped when read.
+    // belady: (node, epoch) of states below it that registered with it as their nearest
+    // state-holding ancestor (when cached, or handed up when a state between them was removed);
+    // entries whose state is gone are dropped when read.
     std::vector<std::pair<int32_t, uint64_t>> deeper;
   };
 
   // belady's next use of internal node x's state (key `key`): the first later request that uses
-  // its prefix without also using a deeper cached state registered below it (in `deeper`, on a
-  // grid point below x's), because such a request hits the deeper state and needs x's no more.
-  // A state that only ever serves as a stepping stone to a deeper one (a conversation's earlier
-  // turn, once the later turn is cached) is so never used again. The deeper states are taken as
-  // they are now (one of them may be evicted before that request): a heuristic of the bound.
+  // its prefix without also reaching a deeper cached state registered below it, because such a
+  // request hits the deeper state and needs x's no more. A state that only ever serves as a
+  // stepping stone to a deeper one (a conversation's earlier turn, once the later turn is cached)
+  // is so never used again. The deeper states are taken as they are now (one of them may be
+  // evicted before that request), and a state cached below x while x was a tombstone stays
+  // registered higher up, not with x: a heuristic of the bound.
   int64_t unshadowed_next_use(const RadixTree& tree, int32_t x, uint64_t key) {
     std::vector<std::pair<int32_t, uint64_t>>& deeper = nodes_[static_cast<size_t>(x)].deeper;
-    shadow_keys_.clear();
-    size_t kept = 0;
+    keep_live(tree, deeper);
+    shadow_.clear();
     for (const auto& [y, epoch] : deeper) {
-      const RadixNode& n = tree.node(y);
       const Prefix& py = nodes_[static_cast<size_t>(y)];
-      if (!n.live || n.state == kNoSlot || py.epoch != epoch) continue;
-      deeper[kept++] = {y, epoch};
-      const uint64_t ky = py.grid.empty() ? 0 : py.grid.back();
-      if (ky != 0 && ky != key) shadow_keys_.push_back(ky);
+      if (!py.grid.empty() && py.grid.back() != key) shadow_.push_back({py.grid.back(), py.depth});
     }
-    deeper.resize(kept);
-    if (shadow_keys_.empty()) return index_->next_use(key, now_);
+    if (shadow_.empty()) return index_->next_use(key, now_);
+    std::sort(shadow_.begin(), shadow_.end());
+    shadow_.erase(std::unique(shadow_.begin(), shadow_.end()), shadow_.end());
+    // Request j reaches state y when it uses y's prefix: its grid floor (the index's key) and, for
+    // an off-grid state (no_buffer: chunk and sequence ends), at least y's depth in tokens. The
+    // tokens between the floor and y are not compared: the test errs towards a hit on y.
     return index_->next_use_unless(
         key, now_,
         [&](int64_t j) {
-          for (uint64_t ky : shadow_keys_)
-            if (index_->used_by(ky, j)) return true;
+          for (const auto& [ky, dy] : shadow_)
+            if (index_->matchable(j) >= dy && index_->used_by(ky, j)) return true;
           return false;
         },
         kShadowTests);
   }
   static constexpr int kShadowTests = 32;  // later uses tested per candidate
+
+  // The Prefix of the nearest ancestor of `node` that holds a state; nullptr when none does.
+  Prefix* nearest_state_ancestor(const RadixTree& tree, int32_t node) {
+    int32_t a = tree.node(node).parent;
+    while (a != RadixTree::kRoot && tree.node(a).state == kNoSlot) a = tree.node(a).parent;
+    if (a == RadixTree::kRoot || static_cast<size_t>(a) >= nodes_.size()) return nullptr;
+    return &nodes_[static_cast<size_t>(a)];
+  }
+
+  // Drops the entries of `deeper` whose state is gone (freed, or the node id reused).
+  void keep_live(const RadixTree& tree, std::vector<std::pair<int32_t, uint64_t>>& deeper) const {
+    size_t kept = 0;
+    for (const auto& [y, epoch] : deeper) {
+      const RadixNode& n = tree.node(y);
+      if (n.live && n.state != kNoSlot && nodes_[static_cast<size_t>(y)].epoch == epoch)
+        deeper[kept++] = {y, epoch};
+    }
+    deeper.resize(kept);
+  }
 
   // The keys candidate `id` is ranked by: its state's prefix, and the first grid prefix of the
   // span its eviction deletes (the same for an internal node's state; file comment).
@@ -175,7 +209,8 @@ class OfflinePolicy final : public EvictionPolicy {
   int64_t enough_;
   std::vector<Prefix> nodes_;  // [node id], set when the node receives a state
   uint64_t epoch_ = 0;
-  std::vector<uint64_t> shadow_keys_;  // scratch of unshadowed_next_use
+  std::vector<std::pair<uint64_t, int64_t>> shadow_;  // scratch of unshadowed_next_use:
+                                                      // (key, depth) of the deeper states
   int64_t now_ = -1;
 };
 
