@@ -22,7 +22,8 @@
 // belady (Belady 1966, "A study of replacement algorithms for a virtual-storage computer"): evict
 // the candidate whose next use lies farthest in the future, never-used-again first. For unit-size
 // state slots this is the optimum of the state pool; for KV leaves of different lengths it is the
-// same rule, a heuristic there.
+// same rule, a heuristic there. A use that a deeper cached state would serve does not count
+// (unshadowed_next_use below).
 //
 // future-count: evict the candidate whose prefix the rest of the workload uses the fewest times.
 // It knows how often each cached prefix will be used again but not when: the A0 rule of Aho,
