@@ -29,6 +29,18 @@ inline uint64_t make_key(uint64_t h, int64_t c) {
   return k == 0 ? 1 : k;
 }
 
+// Calls emit(key) for every multiple c of g with c <= n, in order, with the key of tokens[0, c):
+// one pass of the incremental hash. The index's entries, key() and grid_keys() all come from here.
+template <class Emit>
+void for_each_grid_key(const int32_t* tokens, int64_t n, int g, Emit emit) {
+  uint64_t h = kFnvOffset;
+  const int64_t last = n / g * g;
+  for (int64_t i = 0; i < last; ++i) {
+    h = fnv_step(h, tokens[i]);
+    if ((i + 1) % g == 0) emit(make_key(h, i + 1));
+  }
+}
+
 }  // namespace
 
 NextUseIndex::NextUseIndex(size_t requests,
@@ -40,34 +52,23 @@ NextUseIndex::NextUseIndex(size_t requests,
     const std::vector<int32_t> t = tokens_of(j);
     const int64_t usable = static_cast<int64_t>(t.size()) - 1;  // the engine matches len - 1
     matchable_.push_back(std::max<int64_t>(0, usable));
-    uint64_t h = kFnvOffset;
-    for (int64_t i = 0; i < usable; ++i) {
-      h = fnv_step(h, t[static_cast<size_t>(i)]);
-      if ((i + 1) % g_ == 0) entries_.emplace_back(make_key(h, i + 1), static_cast<int64_t>(j));
-    }
+    for_each_grid_key(t.data(), usable, g_,
+                      [&](uint64_t k) { entries_.emplace_back(k, static_cast<int64_t>(j)); });
   }
   std::sort(entries_.begin(), entries_.end());
 }
 
 uint64_t NextUseIndex::key(const int32_t* tokens, int64_t depth) const {
-  const int64_t c = depth / g_ * g_;
-  if (c <= 0) return 0;
-  uint64_t h = kFnvOffset;
-  for (int64_t i = 0; i < c; ++i) h = fnv_step(h, tokens[i]);
-  return make_key(h, c);
+  uint64_t last = 0;
+  for_each_grid_key(tokens, depth, g_, [&](uint64_t k) { last = k; });
+  return last;
 }
 
 void NextUseIndex::grid_keys(const int32_t* tokens, int64_t depth,
                              std::vector<uint64_t>& out) const {
   out.clear();
-  const int64_t c = depth / g_ * g_;
-  if (c <= 0) return;
-  out.reserve(static_cast<size_t>(c / g_));
-  uint64_t h = kFnvOffset;
-  for (int64_t i = 0; i < c; ++i) {
-    h = fnv_step(h, tokens[i]);
-    if ((i + 1) % g_ == 0) out.push_back(make_key(h, i + 1));
-  }
+  if (depth >= g_) out.reserve(static_cast<size_t>(depth / g_));
+  for_each_grid_key(tokens, depth, g_, [&](uint64_t k) { out.push_back(k); });
 }
 
 int64_t NextUseIndex::next_use(uint64_t key, int64_t now) const {

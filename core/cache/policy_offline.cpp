@@ -192,15 +192,9 @@ class OfflinePolicy final : public EvictionPolicy {
     if (static_cast<size_t>(id) >= nodes_.size()) return {0, 0};
     const Prefix& p = nodes_[static_cast<size_t>(id)];
     const uint64_t own = p.grid.empty() ? 0 : p.grid.back();
-    const RadixNode* n = &tree.node(id);
-    if (pool == EvictPool::state && n->num_children > 0) return {own, own};  // a tombstone
-    int64_t s = p.depth - static_cast<int64_t>(n->key.size());
-    for (int32_t a = n->parent; a != RadixTree::kRoot;) {
-      const RadixNode& up = tree.node(a);
-      if (up.state != kNoSlot || up.num_children != 1 || up.full_lock != 0) break;
-      s -= static_cast<int64_t>(up.key.size());
-      a = up.parent;
-    }
+    if (pool == EvictPool::state && tree.node(id).num_children > 0)
+      return {own, own};                                   // a tombstone
+    const int64_t s = p.depth - tree.eviction_tokens(id);  // depth of the ancestor that survives
     const size_t first = static_cast<size_t>(s / index_->granularity());
     return {own, first < p.grid.size() ? p.grid[first] : own};
   }

@@ -359,6 +359,18 @@ void RadixTree::unlock(int32_t node) {
 
 // ---- eviction -----------------------------------------------------------------------------------
 
+bool RadixTree::swept_tombstone(int32_t id, int32_t children) const {
+  const RadixNode& n = nodes_[id];
+  return id != kRoot && n.state == kNoSlot && n.num_children == children && n.full_lock == 0;
+}
+
+int64_t RadixTree::eviction_tokens(int32_t leaf) const {
+  int64_t tokens = static_cast<int64_t>(nodes_[leaf].key.size());
+  for (int32_t a = nodes_[leaf].parent; swept_tombstone(a, 1); a = nodes_[a].parent)
+    tokens += static_cast<int64_t>(nodes_[a].key.size());
+  return tokens;
+}
+
 // SGLang _evict_leaf_node + _iteratively_delete_tombstone_leaf.
 int64_t RadixTree::evict_leaf(int32_t x, int32_t* survivor, int64_t* nodes_deleted) {
   RadixNode& n = nodes_[x];
@@ -377,8 +389,7 @@ int64_t RadixTree::evict_leaf(int32_t x, int32_t* survivor, int64_t* nodes_delet
   delete_node(x);
   int64_t freed = len;
   int64_t deleted = 1;
-  while (parent != kRoot && nodes_[parent].state == kNoSlot && nodes_[parent].num_children == 0 &&
-         nodes_[parent].full_lock == 0) {
+  while (swept_tombstone(parent, 0)) {
     RadixNode& p = nodes_[parent];
     if (p.state_lock != 0)
       fail("radix evict: tombstone {} has state lock {}", parent, p.state_lock);

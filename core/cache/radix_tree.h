@@ -171,6 +171,9 @@ class RadixTree {
 
   // Depth (tokens from the root) of `node`.
   int64_t depth(int32_t node) const;
+  // KV tokens that evicting unlocked leaf `leaf` would free: its edge and those of the tombstone
+  // ancestors it leaves childless, which the eviction sweeps with it (evict_leaf's rule).
+  int64_t eviction_tokens(int32_t leaf) const;
 
  private:
   int32_t new_node();
@@ -185,6 +188,8 @@ class RadixTree {
   // Evicts leaf x (KV + state), sweeps tombstone ancestors; returns KV tokens freed and sets
   // *survivor to the parent of the last deleted node.
   int64_t evict_leaf(int32_t x, int32_t* survivor, int64_t* nodes_deleted);
+  // Whether node `id`, left with `children` children, is a tombstone a leaf eviction sweeps.
+  bool swept_tombstone(int32_t id, int32_t children) const;
 
   // LRU lists (intrusive, head = most recent).
   struct List {
