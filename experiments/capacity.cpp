@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "core/util/error.h"
 
@@ -64,6 +65,8 @@ double percentile(std::vector<double> v, double p) {
   s.conv_elems = static_cast<int64_t>(m.conv_dim_shard()) * (m.conv_width - 1);
   s.temporal = dt.temporal;
   s.checkpoint = parse_codec("int8", dt.scale);
+  s.working.kind = WorkingStateKind::int8;
+  s.working.bf16_scale = dt.scale == Dtype::bf16;
   s.parallel = 8;
   return s;
 }
@@ -71,13 +74,21 @@ double percentile(std::vector<double> v, double p) {
 // What a hit and a miss cost on a serving backend (core/backend/serving_backend.h): for each
 // sweep point the PROBE requests are replayed with the hit lengths the cache model decided
 // (`cached_tokens`), an even sample of at most `max_samples` of them; latency per probe launched
-// alone, throughput of the sample in batches of 8. Recorded under capacity/cuda with the summary
-// keys capacity.cuda.*.
+// alone, throughput of the sample in batches of 8. The int8 points run twice: as the int8
+// checkpoint pool (mode int8: a hit dequantizes into the fp32/bf16 active slot) and as an int8
+// working state (mode int8-ws: the same cache decisions, states int8 between tokens, a hit a plain
+// slot copy and the suffix through the working-state decode), whose GPU results are checked
+// against the decode's CPU reference on one hit and one miss. Recorded under capacity/cuda with
+// the summary keys capacity.cuda.*; hit_p50_ms and miss_p50_ms are over the bf16 and int8 modes,
+// the int8-ws mode has its own (capacity.cuda.int8-ws.*).
 [[maybe_unused]] void record_probe_costs(ServingBackend& backend, const ModelConfig& m,
                                          const std::vector<CapacityProbes>& points,
                                          size_t max_samples, H5Writer& file, Summary& summary) {
-  std::vector<double> donate_ms;
-  for (int r = 0; r < 5; ++r) donate_ms.push_back(backend.donate_ms());
+  std::vector<double> donate_ms, ws_donate_ms;
+  for (int r = 0; r < 5; ++r) {
+    donate_ms.push_back(backend.donate_ms(RestoreFrom::checkpoint_pool));
+    ws_donate_ms.push_back(backend.donate_ms(RestoreFrom::working_pool));
+  }
   const std::string gname = "capacity/cuda";
   file.group(gname);
   file.attr(gname, "device", backend.description());
@@ -89,6 +100,10 @@ double percentile(std::vector<double> v, double p) {
   file.write_scalar(gname + "/donate_ms", percentile(donate_ms, 0.5), "ms",
                     "median time of one int8 donate (checkpoint_store of one slot, all layers)");
   summary.set("capacity.cuda.donate_ms", percentile(donate_ms, 0.5));
+  file.write_scalar(gname + "/int8-ws/donate_ms", percentile(ws_donate_ms, 0.5), "ms",
+                    "median time of one donate of an int8 working state (the working-slot copy of "
+                    "one slot, all layers)");
+  summary.set("capacity.cuda.int8-ws.donate_ms", percentile(ws_donate_ms, 0.5));
   // The rest of the model, modelled: the FLOPs a prefill of the uncached tokens spends outside the
   // linear-attention recurrence (every active parameter once per token, per GPU, and the
   // full-attention layers' QK^T and PV over every earlier position), at the device's measured
@@ -115,12 +130,19 @@ double percentile(std::vector<double> v, double p) {
         "  note: the model's parameter count is not known, so the modelled rest of the model "
         "counts the full-attention pairs only\n");
   std::vector<double> all_hits, all_misses, all_hits_total, all_misses_total;
+  std::vector<double> ws_hits, ws_misses, ws_hits_total, ws_misses_total;
+  std::vector<CapacityProbes> runs;  // the points, then the int8 ones as int8-ws
+  for (const auto& pt : points) runs.push_back(pt);
+  for (const auto& pt : points)
+    if (pt.mode == "int8") runs.push_back({"int8-ws", pt.K, pt.probes});
   fmt::print("capacity (cuda): {}\n  {:>5} {:>5} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
              backend.description(), "mode", "K", "probes", "p50 ms", "p90 ms", "p99 ms",
              "probes/s");
-  for (const auto& pt : points) {
-    const RestoreFrom from =
-        pt.mode == "int8" ? RestoreFrom::checkpoint_pool : RestoreFrom::active_pool;
+  for (const auto& pt : runs) {
+    const bool ws = pt.mode == "int8-ws";
+    const RestoreFrom from = ws                  ? RestoreFrom::working_pool
+                             : pt.mode == "int8" ? RestoreFrom::checkpoint_pool
+                                                 : RestoreFrom::active_pool;
     std::vector<ServedRequest> sample;
     const size_t n = pt.probes.size(), take = std::min(n, max_samples);
     for (size_t i = 0; i < take; ++i) {
@@ -133,12 +155,17 @@ double percentile(std::vector<double> v, double p) {
       lat.push_back(ms);
       total.push_back(ms + rest_ms(r));
       (r.cached_tokens > 0 ? hit_lat : miss_lat).push_back(ms);
-      (r.cached_tokens > 0 ? all_hits_total : all_misses_total).push_back(total.back());
+      if (ws)
+        (r.cached_tokens > 0 ? ws_hits_total : ws_misses_total).push_back(total.back());
+      else
+        (r.cached_tokens > 0 ? all_hits_total : all_misses_total).push_back(total.back());
     }
     const double total_ms = backend.serve_batches_ms(sample, from);
     const double rps = sample.size() / (total_ms * 1e-3);
-    all_hits.insert(all_hits.end(), hit_lat.begin(), hit_lat.end());
-    all_misses.insert(all_misses.end(), miss_lat.begin(), miss_lat.end());
+    (ws ? ws_hits : all_hits)
+        .insert((ws ? ws_hits : all_hits).end(), hit_lat.begin(), hit_lat.end());
+    (ws ? ws_misses : all_misses)
+        .insert((ws ? ws_misses : all_misses).end(), miss_lat.begin(), miss_lat.end());
     const std::string key = fmt::format("capacity.cuda.{}.K{}", pt.mode, pt.K);
     const std::string pg = fmt::format("{}/{}/K{}", gname, pt.mode, pt.K);
     file.write(pg + "/probe_latency_ms", lat, {lat.size()}, "ms",
@@ -183,6 +210,47 @@ double percentile(std::vector<double> v, double p) {
       "  with the rest of the model modelled ({:.2f} GFLOP per token, {:.0f} FLOP per attention "
       "pair, at the measured {:.1f} TFLOP/s): hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f})\n",
       per_token / 1e9, per_pair, tflops, hit_t, miss_t, miss_t / hit_t);
+  if (ws_hits.empty() && ws_misses.empty()) return;
+
+  // The int8 working state: its own hit and miss figures, and the kernels against their CPU
+  // reference on the first sampled hit and miss.
+  const std::string wg = gname + "/int8-ws";
+  const double wh = percentile(ws_hits, 0.5), wm = percentile(ws_misses, 0.5);
+  const double wht = percentile(ws_hits_total, 0.5), wmt = percentile(ws_misses_total, 0.5);
+  for (const auto& [name, v, what] :
+       {std::tuple<const char*, double, const char*>{"hit_p50_ms", wh,
+                                                     "median latency of a probe served from the "
+                                                     "cache"},
+        {"miss_p50_ms", wm, "median latency of a probe recomputed from scratch"},
+        {"hit_total_p50_ms", wht, "median of a hit's state work plus the modelled rest"},
+        {"miss_total_p50_ms", wmt, "median of a miss's state work plus the modelled rest"}}) {
+    file.write_scalar(wg + "/" + name, v, "ms", what);
+    summary.set(std::string("capacity.cuda.int8-ws.") + name, v);
+  }
+  summary.set("capacity.cuda.int8-ws.miss_over_hit", wh > 0 ? wm / wh : std::nan(""));
+  WorkingStateCheck check;
+  for (const bool want_hit : {true, false})
+    for (const auto& pt : points) {
+      const auto it = std::find_if(pt.probes.begin(), pt.probes.end(), [&](const auto& r) {
+        return (r.cached_tokens > 0) == want_hit;
+      });
+      if (it == pt.probes.end()) continue;
+      const WorkingStateCheck c = backend.check_working_state({it->prompt_len, it->cached_tokens});
+      check.compared += c.compared, check.differing += c.differing;
+      break;
+    }
+  file.write_scalar(wg + "/reference_compared", static_cast<double>(check.compared), "elements",
+                    "linear layer 0 of one hit and one miss: stored codes, scales and outputs "
+                    "compared with the working-state decode's CPU reference (ws_decode_reference)");
+  file.write_scalar(wg + "/reference_mismatches", static_cast<double>(check.differing), "elements",
+                    "of those, the elements whose bits differ (0: the kernels agree bit for bit)");
+  summary.set("capacity.cuda.int8-ws.reference_compared", static_cast<double>(check.compared));
+  summary.set("capacity.cuda.int8-ws.reference_mismatches", static_cast<double>(check.differing));
+  fmt::print(
+      "  int8 working state: hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f}), donate {:.3f} ms; "
+      "with the rest modelled {:.3f} / {:.3f} ms; against the CPU reference {} of {} elements "
+      "differ\n",
+      wh, wm, wm / wh, percentile(ws_donate_ms, 0.5), wht, wmt, check.differing, check.compared);
 }
 
 }  // namespace

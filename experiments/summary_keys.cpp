@@ -97,6 +97,7 @@ std::string summary_key_unit(const std::string& key) {
   if (last == "knee_K") return "distinct prefixes";
   if (last == "requests") return "requests";
   if (last == "codec_mismatches") return "heads";
+  if (last == "reference_mismatches" || last == "reference_compared") return "elements";
   if (last == "max_abs_err") return "state units";
   if (last == "dequant_loads" || last == "quantizes" || last == "wasted_quantizes" ||
       last == "evictions" || last == "state_hits")

@@ -172,17 +172,46 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
     uint4 qraw[4], kraw[4];
     float kscale[4];
     bool g_positive = false;  // KDA: a decay above 0 (or not a number) in this thread's channel
+    // KDA: every global load of the chunk is issued before any is used, so the chunk waits for
+    // one memory latency, not one per row: q and k rows, v rows, and g of key channel
+    // gcol = tid % 128 over rows grow0 .. grow0 + 31 (grow0 = 32 (tid / 128)), beta.
+    constexpr int kVLoads = KDA ? kC * kSegsV / kThreads : 1;
+    static_assert(!KDA || kC * kSegsV % kThreads == 0, "v rows split evenly over the threads");
+    uint4 vraw[kVLoads];
+    float graw[KDA ? 32 : 1];
+    float braw = 0.0f;
+    const int gcol = tid & (kDk - 1), grow0 = (tid >> 7) * 32;
+    if constexpr (KDA) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
+        const size_t off = (static_cast<size_t>(c0 + min(row, n - 1)) * p.H + kh) * kDk + seg * 8;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        qraw[i] = row < n ? *reinterpret_cast<const uint4*>(p.q + off) : zero;
+        kraw[i] = row < n ? *reinterpret_cast<const uint4*>(p.k + off) : zero;
+      }
+#pragma unroll
+      for (int i = 0; i < kVLoads; ++i) {
+        const int idx = tid + kThreads * i, row = idx / kSegsV, seg = idx % kSegsV;
+        const size_t off =
+            (static_cast<size_t>(c0 + min(row, n - 1)) * p.HV + h) * p.dv + v0 + seg * 8;
+        vraw[i] = row < n ? *reinterpret_cast<const uint4*>(p.v + off) : make_uint4(0, 0, 0, 0);
+      }
+      const float* gbase = p.g + (static_cast<size_t>(c0) * p.HV + h) * kDk + gcol;
+#pragma unroll
+      for (int r = 0; r < 32; ++r) {
+        const int row = grow0 + r;
+        graw[r] = row < n ? gbase[static_cast<size_t>(min(row, n - 1)) * p.HV * kDk] : 0.0f;
+      }
+      if (tid < kC) {
+        const float b = p.beta[static_cast<size_t>(c0 + min(tid, n - 1)) * p.HV + h];
+        braw = tid < n ? b : 0.0f;
+      }
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int idx = tid + kThreads * i, row = idx >> 4, seg = idx & 15;
-      if constexpr (KDA) {
-        qraw[i] = kraw[i] = make_uint4(0, 0, 0, 0);
-        if (row < n) {
-          const size_t off = (static_cast<size_t>(c0 + row) * p.H + kh) * kDk + seg * 8;
-          qraw[i] = *reinterpret_cast<const uint4*>(p.q + off);
-          kraw[i] = *reinterpret_cast<const uint4*>(p.k + off);
-        }
-      } else {  // prefetched; each thread reads back what it copied
+      if constexpr (!KDA) {  // prefetched; each thread reads back what it copied
         qraw[i] = *reinterpret_cast<const uint4*>(sq + row * kLdK + seg * 8);
         kraw[i] = *reinterpret_cast<const uint4*>(sk + row * kLdK + seg * 8);
       }
@@ -209,29 +238,22 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
       }
     }
     if constexpr (KDA) {
-      for (int idx = tid; idx < kC * kSegsV; idx += kThreads) {
-        const int row = idx / kSegsV, seg = idx % kSegsV;
-        uint4 raw = make_uint4(0, 0, 0, 0);
-        if (row < n)
-          raw = *reinterpret_cast<const uint4*>(
-              p.v + (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + v0 + seg * 8);
-        *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) = raw;
+#pragma unroll
+      for (int i = 0; i < kVLoads; ++i) {
+        const int idx = tid + kThreads * i, row = idx / kSegsV, seg = idx % kSegsV;
+        *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) = vraw[i];
       }
-      if (tid < kDk) {  // column scan of g over the chunk, one key channel per thread
-        float acc = 0.0f;
-        const float* gcol = p.g + (static_cast<size_t>(c0) * p.HV + h) * kDk + tid;
-        for (int r = 0; r < kC; ++r) {
-          if (r < n) {
-            const float gv = gcol[static_cast<size_t>(r) * p.HV * kDk];
-            g_positive |= !(gv <= 0.0f);
-            acc += gv;
-          }
-          sGc[r * kLdG + tid] = acc;
-        }
-      } else if (tid < kDk + kC) {
-        const int r = tid - kDk;
-        sB[r] = r < n ? p.beta[static_cast<size_t>(c0 + r) * p.HV + h] : 0.0f;
+      // Column scan of g over the thread's 32 rows (rows at or past n add 0); the second half
+      // adds the first half's total after the barrier below.
+      float acc = 0.0f;
+#pragma unroll
+      for (int r = 0; r < 32; ++r) {
+        if (grow0 + r < n) g_positive |= !(graw[r] <= 0.0f);
+        acc += graw[r];
+        graw[r] = acc;
+        sGc[(grow0 + r) * kLdG + gcol] = acc;
       }
+      if (tid < kC) sB[tid] = braw;
     } else if (warp == 0) {  // inclusive scan of g over the chunk, two tokens per lane
       float lo = g_lo, hi = g_hi;
 #pragma unroll
@@ -244,6 +266,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
       sB[lane] = b_lo, sB[lane + 32] = b_hi;
     }
     __syncthreads();
+    if constexpr (KDA) {  // rows 32 .. 63 of the scan: add the total of rows 0 .. 31
+      if (grow0 > 0) {
+        const float base = sGc[31 * kLdG + gcol];
+#pragma unroll
+        for (int r = 0; r < 32; ++r) sGc[(grow0 + r) * kLdG + gcol] = graw[r] + base;
+      }
+      __syncthreads();
+    }
 
     // 1b. Kg = k e^G and Kd = k e^(Gn - G), from the unrounded normalised k (KDA: in step 3, as
     // step 2 stages its factors where they go).

@@ -1,9 +1,11 @@
 #include "kernels/host/serving_backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/drive/drive.h"
+#include "core/dtype/bf16.h"
 #include "core/util/error.h"
 #include "kernels/chunked_delta/chunked_prefill.h"
 #include "kernels/codec/checkpoint_codec.h"
@@ -11,6 +13,8 @@
 #include "kernels/common/device.h"
 #include "kernels/common/mma_peak.h"
 #include "kernels/host/layer_upload.h"
+#include "kernels/working_state/ws_decode.h"
+#include "kernels/working_state/ws_decode_reference.h"
 
 namespace statecheck::cuda {
 
@@ -23,9 +27,13 @@ class CudaServingBackend : public ServingBackend {
         slots_(s.parallel + 2),
         slot_elems_(static_cast<size_t>(s.layer.HV) * s.layer.dv * s.layer.dk),
         layer_elems_(slot_elems_ * slots_),
-        copy_(parse_codec(dtype_name(s.temporal))) {
+        copy_(parse_codec(dtype_name(s.temporal))),
+        ws_code_bytes_(ws_code_bytes(s.working)),
+        ws_scale_bytes_(ws_scale_bytes(s.working)) {
     if (s.temporal != Dtype::fp32 && s.temporal != Dtype::bf16)
       fail("serving backend: temporal dtype {} is not fp32 or bf16", dtype_name(s.temporal));
+    if (!ws_decode_supports(s.working))
+      fail("serving backend: working-state format {} has no decode kernel", s.working.name());
     geo_.L = s.layers, geo_.HV = s.layer.HV, geo_.dv = s.layer.dv, geo_.dk = s.layer.dk;
     geo_.conv_elems = s.conv_elems;
     const size_t L = static_cast<size_t>(s.layers);
@@ -35,6 +43,12 @@ class CudaServingBackend : public ServingBackend {
     ck_values_.resize(L * 2 * slot_elems_ * s.checkpoint.value_bytes());
     ck_scales_.resize(L * 2 * s.layer.HV * s.layer.dk * s.checkpoint.scale_bytes());
     ck_conv_.resize(L * 2 * s.conv_elems);
+    ws_codes_.resize(L * slots_ * slot_elems_ * ws_code_bytes_);
+    ws_codes_.fill_bytes(0);
+    ws_scales_.resize(std::max<size_t>(16, L * slots_ * ws_slot_scales() * ws_scale_bytes_));
+    ws_scales_.fill_bytes(0);
+    scratch_.resize(L * layer_elems_);
+    scratch_.fill_bytes(0);
     av_ = {active_.data(), nullptr, active_conv_.data(), slots_};
     cv_ = {ck_values_.data(), ck_scales_.data(), ck_conv_.data(), 2};
 
@@ -42,19 +56,28 @@ class CudaServingBackend : public ServingBackend {
     const int64_t T_all = std::max<int64_t>(1, max_prompt) * s.parallel;
     const DriveKind kind =
         s.layer.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::init_kda;
-    in_ = upload_layer_inputs(s.layer,
-                              synthetic_inputs(kind, s.layer, seed, 0, static_cast<int>(T_all)));
+    host_in_ = synthetic_inputs(kind, s.layer, seed, 0, static_cast<int>(T_all));
+    in_ = upload_layer_inputs(s.layer, host_in_);
     std::vector<int32_t> ids(s.parallel);
     for (int i = 0; i < s.parallel; ++i) ids[i] = i + 1;
     ids_ = to_device(ids);
     one_ = to_device(std::vector<int32_t>{1});
     cached_slot_ = to_device(std::vector<int32_t>{slots_ - 1});
     cu_.resize(s.parallel + 1);
+    ws_cu_.resize(s.parallel + 1);
+    ws_pos_.resize(s.parallel);
+    error_.resize(4);
+    error_.fill_bytes(0);
     STATECHECK_CUDA_CHECK(cudaEventCreate(&e0_));
     STATECHECK_CUDA_CHECK(cudaEventCreate(&e1_));
-    // The cached state, prefilled once and donated once, so that hits restore real numbers.
-    prefill({std::max<int64_t>(1, max_prompt)}, cached_slot_.data());
+    // The cached state, prefilled once and donated once, so that hits restore real numbers; the
+    // working-state mode's cached slot holds the same prefix: its prefill but the last token into
+    // the fp32 scratch, the last token through the working-state decode.
+    const int64_t prompt = std::max<int64_t>(1, max_prompt);
+    prefill({prompt}, cached_slot_.data());
     donate();
+    prefill_working({prompt}, cached_slot_.data(), slots_ - 1, nullptr);
+    check_ws_decode_error(error_.data(), stream_);
   }
   ~CudaServingBackend() override {
     cudaEventDestroy(e0_);
@@ -63,15 +86,27 @@ class CudaServingBackend : public ServingBackend {
 
   std::string description() const override { return device_description(); }
 
-  double donate_ms() override {
+  double donate_ms(RestoreFrom into) override {
+    if (into == RestoreFrom::active_pool)
+      fail("serving backend: the single-pool mode donates nothing (its state stays in its slot)");
     STATECHECK_CUDA_CHECK(cudaEventRecord(e0_, stream_));
-    donate();
+    if (into == RestoreFrom::checkpoint_pool)
+      donate();
+    else  // the same copy as a donate of slot 1 into the cached slot, which it keeps intact
+      ws_copy(cached_slot_.data(), one_.data(), 1);
     STATECHECK_CUDA_CHECK(cudaEventRecord(e1_, stream_));
     return elapsed_ms();
   }
 
   double serve_ms(const ServedRequest& r, RestoreFrom from) override {
     STATECHECK_CUDA_CHECK(cudaEventRecord(e0_, stream_));
+    if (from == RestoreFrom::working_pool) {
+      serve_working({r}, nullptr);
+      STATECHECK_CUDA_CHECK(cudaEventRecord(e1_, stream_));
+      const double ms = elapsed_ms();
+      check_ws_decode_error(error_.data(), stream_);
+      return ms;
+    }
     if (r.cached_tokens > 0) {
       if (from == RestoreFrom::checkpoint_pool)
         checkpoint_load(geo_, cv_, s_.checkpoint, av_, s_.temporal, one_.data(), one_.data(), 1,
@@ -89,6 +124,12 @@ class CudaServingBackend : public ServingBackend {
     const size_t parallel = static_cast<size_t>(s_.parallel);
     STATECHECK_CUDA_CHECK(cudaEventRecord(e0_, stream_));
     for (size_t b = 0; b < requests.size(); b += parallel) {
+      if (from == RestoreFrom::working_pool) {
+        const size_t e = std::min(requests.size(), b + parallel);
+        serve_working(std::vector<ServedRequest>(requests.begin() + b, requests.begin() + e),
+                      nullptr);
+        continue;
+      }
       std::vector<int64_t> lens;
       std::vector<int32_t> hit_slots;
       for (size_t i = b; i < std::min(requests.size(), b + parallel); ++i) {
@@ -110,10 +151,204 @@ class CudaServingBackend : public ServingBackend {
       prefill(lens, ids_.data());
     }
     STATECHECK_CUDA_CHECK(cudaEventRecord(e1_, stream_));
-    return elapsed_ms();
+    const double ms = elapsed_ms();
+    if (from == RestoreFrom::working_pool) check_ws_decode_error(error_.data(), stream_);
+    return ms;
+  }
+
+  WorkingStateCheck check_working_state(const ServedRequest& r) override {
+    // The starting state of layer 0 as the reference needs it: the cached working slot's codes
+    // and scales on a hit; on a miss, the chunked prefill's fp32 state (read after the launch:
+    // the scratch slot is not written by the working-state decode).
+    HostWsBatch b = reference_batch();
+    const size_t codes = slot_elems_ * ws_code_bytes_, scales = ws_slot_scales() * ws_scale_bytes_;
+    b.codes.resize(codes);
+    b.scales.resize(std::max<size_t>(scales, 1));
+    const bool hit = r.cached_tokens > 0;
+    if (hit) {
+      download(b.codes.data(), ws_codes_.data() + (slots_ - 1) * codes, codes);
+      if (scales) download(b.scales.data(), ws_scales_.data() + (slots_ - 1) * scales, scales);
+    }
+    const int64_t n = hit ? r.prompt_len - r.cached_tokens : 1;
+    if (!hit)  // a miss starts from the zero state (the timed misses reuse the scratch as it is)
+      for (int l = 0; l < s_.layers; ++l)
+        STATECHECK_CUDA_CHECK(cudaMemsetAsync(scratch_.data() + (l * slots_ + 1) * slot_elems_, 0,
+                                              slot_elems_ * 4, stream_));
+    DeviceBuffer<uint16_t> o(static_cast<size_t>(std::max<int64_t>(n, 1)) * s_.layer.HV *
+                             s_.layer.dv);
+    o.fill_bytes(0xFF);
+    serve_working({r}, o.data());
+    check_ws_decode_error(error_.data(), stream_);
+    STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!hit) {
+      b.init_state.resize(slot_elems_);
+      download(b.init_state.data(), scratch_.data() + slot_elems_, slot_elems_ * 4);
+    }
+    // The reference's tokens: the suffix from the stream's start on a hit, token P - 1 on a miss
+    // (serve_working's layout), at the same absolute positions.
+    const int64_t t0 = hit ? 0 : r.prompt_len - 1;
+    b.slot_ids = {0};
+    b.cu_seqlens = {0, static_cast<int32_t>(n)};
+    b.positions = {static_cast<int32_t>(hit ? r.cached_tokens : r.prompt_len - 1)};
+    take_tokens(b, t0, n);
+    std::vector<uint16_t> o_ref(o.size(), 0xFFFF);
+    const std::vector<WsRefusal> refused = ws_decode_reference(b, o_ref);
+    if (!refused.empty())
+      fail("serving backend: the working-state reference refused head {} of the check",
+           refused.front().head);
+    std::vector<uint8_t> got_codes(codes), got_scales(scales);
+    download(got_codes.data(), ws_codes_.data() + codes, codes);
+    if (scales) download(got_scales.data(), ws_scales_.data() + scales, scales);
+    const std::vector<uint16_t> got_o = o.download();
+    WorkingStateCheck c;
+    const int cb = ws_code_bytes_, sb = std::max(ws_scale_bytes_, 1);
+    for (size_t e = 0; e < codes; e += cb)
+      c.differing += std::memcmp(&got_codes[e], &b.codes[e], cb) != 0;
+    for (size_t e = 0; e < scales; e += sb)
+      c.differing += std::memcmp(&got_scales[e], &b.scales[e], sb) != 0;
+    for (size_t e = 0; e < got_o.size(); ++e) c.differing += got_o[e] != o_ref[e];
+    c.compared = static_cast<int64_t>(codes / cb + scales / sb + got_o.size());
+    return c;
   }
 
  private:
+  size_t ws_slot_scales() const { return static_cast<size_t>(s_.layer.HV) * s_.layer.dk; }
+
+  // A one-slot reference batch of layer 0 with the kernel launches' shape, format and key.
+  HostWsBatch reference_batch() const {
+    HostWsBatch b;
+    b.H = s_.layer.H, b.HV = s_.layer.HV, b.dk = s_.layer.dk, b.dv = s_.layer.dv;
+    b.gate = s_.layer.gate, b.qk_l2norm = s_.layer.qk_l2norm, b.scale = s_.layer.scale;
+    b.format = s_.working;
+    b.seed = kWsSeed;
+    b.layer = 0;
+    return b;
+  }
+
+  // Tokens [t0, t0 + n) of the stream into b, as the kernel reads them (bf16 q, k, v).
+  void take_tokens(HostWsBatch& b, int64_t t0, int64_t n) const {
+    const RecurrenceShape& sh = s_.layer;
+    auto rows = [&](const std::vector<float>& a, size_t width) {
+      return std::vector<float>(a.begin() + t0 * width, a.begin() + (t0 + n) * width);
+    };
+    b.q = bf16_bits(rows(host_in_.q, static_cast<size_t>(sh.H) * sh.dk));
+    b.k = bf16_bits(rows(host_in_.k, static_cast<size_t>(sh.H) * sh.dk));
+    b.v = bf16_bits(rows(host_in_.v, static_cast<size_t>(sh.HV) * sh.dv));
+    b.g = rows(host_in_.g, sh.gate_width());
+    b.beta = rows(host_in_.beta, sh.HV);
+  }
+
+  static void download(void* host, const void* device, size_t bytes) {
+    STATECHECK_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+  }
+
+  // Working-slot copies dst[i] = src[i] of every layer.
+  void ws_copy(const int32_t* src_slots, const int32_t* dst_slots, int n) {
+    const size_t codes = slots_ * slot_elems_ * ws_code_bytes_;
+    const size_t scales = slots_ * ws_slot_scales() * ws_scale_bytes_;
+    for (int l = 0; l < s_.layers; ++l) {
+      uint8_t* c = ws_codes_.data() + l * codes;
+      uint8_t* sc = ws_scale_bytes_ ? ws_scales_.data() + l * scales : nullptr;
+      ws_slot_copy(s_.working, s_.layer.HV, s_.layer.dk, s_.layer.dv, c, sc, c, sc, src_slots,
+                   dst_slots, n, stream_);
+    }
+  }
+
+  // Working-state decode launches, one per layer, over the sequences of `lens` (packed from
+  // token t0 of the stream) at absolute positions `pos`, in working slots `slot_ids`: from the
+  // slots, or from the fp32 states of layer l at init + l * init_layer_stride ([n, HV, d_v, d_k])
+  // when init is given; layer 0's outputs to `o` (may be null).
+  void ws_decode_layers(const std::vector<int64_t>& lens, const std::vector<int64_t>& pos,
+                        int64_t t0, const int32_t* slot_ids, const float* init,
+                        size_t init_layer_stride, uint16_t* o) {
+    std::vector<int32_t> cu(lens.size() + 1, 0), p(pos.size());
+    for (size_t i = 0; i < lens.size(); ++i) {
+      cu[i + 1] = cu[i] + static_cast<int32_t>(lens[i]);
+      p[i] = static_cast<int32_t>(pos[i]);
+    }
+    STATECHECK_CUDA_CHECK(
+        cudaMemcpyAsync(ws_cu_.data(), cu.data(), cu.size() * 4, cudaMemcpyHostToDevice, stream_));
+    STATECHECK_CUDA_CHECK(
+        cudaMemcpyAsync(ws_pos_.data(), p.data(), p.size() * 4, cudaMemcpyHostToDevice, stream_));
+    WsDecodeArgs a;
+    a.num_seqs = static_cast<int>(lens.size());
+    a.H = s_.layer.H, a.HV = s_.layer.HV, a.dk = s_.layer.dk, a.dv = s_.layer.dv;
+    a.gate = s_.layer.gate, a.qk_l2norm = s_.layer.qk_l2norm, a.scale = s_.layer.scale;
+    a.format = s_.working;
+    a.pool_slots = slots_;
+    a.slot_ids = slot_ids;
+    a.cu_seqlens = ws_cu_.data();
+    a.positions = ws_pos_.data();
+    a.seed = kWsSeed;
+    const size_t t = static_cast<size_t>(t0);
+    a.q = in_.q.data() + t * s_.layer.H * s_.layer.dk;
+    a.k = in_.k.data() + t * s_.layer.H * s_.layer.dk;
+    a.v = in_.v.data() + t * s_.layer.HV * s_.layer.dv;
+    a.g = in_.g.data() + t * s_.layer.gate_width();
+    a.beta = in_.beta.data() + t * s_.layer.HV;
+    a.error_info = error_.data();
+    for (int l = 0; l < s_.layers; ++l) {
+      a.layer = l;
+      a.codes = ws_codes_.data() + l * slots_ * slot_elems_ * ws_code_bytes_;
+      a.scales = ws_scale_bytes_
+                     ? ws_scales_.data() + l * slots_ * ws_slot_scales() * ws_scale_bytes_
+                     : nullptr;
+      a.init_state = init ? init + l * init_layer_stride : nullptr;
+      a.o = l == 0 ? o : nullptr;
+      ws_decode(a, stream_);
+    }
+  }
+
+  // A miss in the working-state mode for prompts of `lens` tokens, into working slots
+  // `slot_ids` (request j's fp32 scratch is slot first_scratch + j): every layer prefills all but
+  // the last token with the chunked kernel into the scratch, then the last token runs through the
+  // working-state decode from it (init_state). A one-request launch reads that token at its place
+  // in the stream (P - 1); a batch reads its last tokens from the stream's start (the same work).
+  // Outputs of layer 0 to `o` when given.
+  void prefill_working(const std::vector<int64_t>& lens, const int32_t* slot_ids, int first_scratch,
+                       uint16_t* o) {
+    std::vector<int64_t> head(lens.size()), ones(lens.size(), 1), pos(lens.size());
+    std::vector<int32_t> scratch_ids(lens.size());
+    for (size_t i = 0; i < lens.size(); ++i) {
+      head[i] = lens[i] - 1, pos[i] = lens[i] - 1;
+      scratch_ids[i] = first_scratch + static_cast<int32_t>(i);
+    }
+    const DeviceBuffer<int32_t> sid = to_device(scratch_ids);
+    prefill(head, sid.data(), reinterpret_cast<uint8_t*>(scratch_.data()), Dtype::fp32);
+    const int64_t t0 = lens.size() == 1 ? lens[0] - 1 : 0;
+    ws_decode_layers(ones, pos, t0, slot_ids, scratch_.data() + first_scratch * slot_elems_,
+                     layer_elems_, o);
+  }
+
+  // The requests of one batch (at most `parallel`) in the working-state mode, in slots 1, 2, ...
+  // (`slot_ids`): hits copy the cached working slot and decode their suffix (from the stream's
+  // start, at positions cached_tokens ...); misses run prefill_working. Outputs of layer 0 to `o`
+  // when given (a batch of one request only).
+  void serve_working(const std::vector<ServedRequest>& rs, uint16_t* o) {
+    std::vector<int32_t> hit_slots;
+    std::vector<int64_t> hit_lens, hit_pos, miss_lens;
+    std::vector<int32_t> miss_slots;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const int32_t slot = static_cast<int32_t>(i + 1);
+      if (rs[i].cached_tokens > 0) {
+        hit_slots.push_back(slot);
+        hit_lens.push_back(rs[i].prompt_len - rs[i].cached_tokens);
+        hit_pos.push_back(rs[i].cached_tokens);
+      } else {
+        miss_slots.push_back(slot);
+        miss_lens.push_back(rs[i].prompt_len);
+      }
+    }
+    if (!hit_slots.empty()) {
+      const DeviceBuffer<int32_t> dst = to_device(hit_slots);
+      const DeviceBuffer<int32_t> src =
+          to_device(std::vector<int32_t>(hit_slots.size(), slots_ - 1));
+      ws_copy(src.data(), dst.data(), static_cast<int>(hit_slots.size()));
+      ws_decode_layers(hit_lens, hit_pos, 0, dst.data(), nullptr, 0, o);
+    }
+    if (!miss_slots.empty())
+      prefill_working(miss_lens, to_device(miss_slots).data(), 1, hit_slots.empty() ? o : nullptr);
+  }
   void donate() {
     checkpoint_store(geo_, av_, s_.temporal, cv_, s_.checkpoint, cached_slot_.data(), one_.data(),
                      1, nullptr, stream_);
@@ -123,6 +358,11 @@ class CudaServingBackend : public ServingBackend {
   // linear layer: the chunked kernel, as engines prefill (d_k = 128, d_v % 32 == 0), else the
   // recurrent one.
   void prefill(const std::vector<int64_t>& lens, const int32_t* slot_ids) {
+    prefill(lens, slot_ids, active_.data(), s_.temporal);
+  }
+  // The same into `pool` ([L, slots, HV, d_v, d_k] in `dtype`).
+  void prefill(const std::vector<int64_t>& lens, const int32_t* slot_ids, uint8_t* pool_base,
+               Dtype dtype) {
     std::vector<int32_t> cu_host(lens.size() + 1, 0);
     int64_t longest = 0;
     for (size_t i = 0; i < lens.size(); ++i) {
@@ -133,11 +373,10 @@ class CudaServingBackend : public ServingBackend {
     STATECHECK_CUDA_CHECK(cudaMemcpyAsync(cu_.data(), cu_host.data(), cu_host.size() * 4,
                                           cudaMemcpyHostToDevice, stream_));
     for (int l = 0; l < s_.layers; ++l) {
-      uint8_t* pool =
-          active_.data() + static_cast<size_t>(l) * layer_elems_ * dtype_bytes(s_.temporal);
+      uint8_t* pool = pool_base + static_cast<size_t>(l) * layer_elems_ * dtype_bytes(dtype);
       const GatedDeltaPoolArgs a =
-          pool_args(s_.layer, s_.temporal, pool, slots_, in_, 0, static_cast<int>(lens.size()),
-                    slot_ids, cu_.data(), nullptr, static_cast<int>(longest));
+          pool_args(s_.layer, dtype, pool, slots_, in_, 0, static_cast<int>(lens.size()), slot_ids,
+                    cu_.data(), nullptr, static_cast<int>(longest));
       if (chunked_prefill_supported(a))
         chunked_prefill_pool(a, {}, stream_);
       else
@@ -160,16 +399,23 @@ class CudaServingBackend : public ServingBackend {
     return static_cast<double>(ms);
   }
 
+  // Key of the stochastic roundings of the working-state mode (unused by round to nearest).
+  static constexpr uint64_t kWsSeed = 0;
+
   ServingShape s_;
   int slots_;  // 0 reserved, 1 .. parallel requests, the last the cached single-pool state
   size_t slot_elems_, layer_elems_;
   Codec copy_;  // the slot copy of the single-pool mode
+  int ws_code_bytes_, ws_scale_bytes_;
   PoolGeometry geo_;
   DeviceBuffer<uint8_t> active_, ck_values_, ck_scales_;
+  DeviceBuffer<uint8_t> ws_codes_, ws_scales_;  // the working-state pool
+  DeviceBuffer<float> scratch_;                 // fp32 [L, slots, HV, d_v, d_k]: misses' prefill
   DeviceBuffer<uint16_t> active_conv_, ck_conv_;
   StatePoolView av_, cv_;
+  LayerInputs host_in_;
   DeviceLayerInputs in_;
-  DeviceBuffer<int32_t> ids_, one_, cached_slot_, cu_;
+  DeviceBuffer<int32_t> ids_, one_, cached_slot_, cu_, ws_cu_, ws_pos_, error_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t e0_ = nullptr, e1_ = nullptr;
   double matmul_tflops_ = 0.0;
