@@ -174,10 +174,9 @@ class CudaServingBackend : public ServingBackend {
       for (int l = 0; l < s_.layers; ++l)
         STATECHECK_CUDA_CHECK(cudaMemsetAsync(scratch_.data() + (l * slots_ + 1) * slot_elems_, 0,
                                               slot_elems_ * 4, stream_));
-    DeviceBuffer<uint16_t> o(static_cast<size_t>(std::max<int64_t>(n, 1)) * s_.layer.HV *
-                             s_.layer.dv);
-    o.fill_bytes(0xFF);
-    serve_working({r}, o.data());
+    DeviceBuffer<uint16_t> o(static_cast<size_t>(n) * s_.layer.HV * s_.layer.dv);
+    if (n > 0) o.fill_bytes(0xFF);
+    serve_working({r}, n > 0 ? o.data() : nullptr);
     check_ws_decode_error(error_.data(), stream_);
     STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (!hit) {
