@@ -35,6 +35,7 @@
 
 #ifdef STATECHECK_HAVE_CUDA
 #include "kernels/host/serving_backend.h"
+#include "kernels/working_state/ws_decode.h"
 #endif
 
 namespace statecheck {
@@ -83,11 +84,12 @@ double percentile(std::vector<double> v, double p) {
 // the int8-ws mode has its own (capacity.cuda.int8-ws.*).
 [[maybe_unused]] void record_probe_costs(ServingBackend& backend, const ModelConfig& m,
                                          const std::vector<CapacityProbes>& points,
-                                         size_t max_samples, H5Writer& file, Summary& summary) {
+                                         bool working_state, size_t max_samples, H5Writer& file,
+                                         Summary& summary) {
   std::vector<double> donate_ms, ws_donate_ms;
   for (int r = 0; r < 5; ++r) {
     donate_ms.push_back(backend.donate_ms(RestoreFrom::checkpoint_pool));
-    ws_donate_ms.push_back(backend.donate_ms(RestoreFrom::working_pool));
+    if (working_state) ws_donate_ms.push_back(backend.donate_ms(RestoreFrom::working_pool));
   }
   const std::string gname = "capacity/cuda";
   file.group(gname);
@@ -100,10 +102,6 @@ double percentile(std::vector<double> v, double p) {
   file.write_scalar(gname + "/donate_ms", percentile(donate_ms, 0.5), "ms",
                     "median time of one int8 donate (checkpoint_store of one slot, all layers)");
   summary.set("capacity.cuda.donate_ms", percentile(donate_ms, 0.5));
-  file.write_scalar(gname + "/int8-ws/donate_ms", percentile(ws_donate_ms, 0.5), "ms",
-                    "median time of one donate of an int8 working state (the working-slot copy of "
-                    "one slot, all layers)");
-  summary.set("capacity.cuda.int8-ws.donate_ms", percentile(ws_donate_ms, 0.5));
   // The rest of the model, modelled: the FLOPs a prefill of the uncached tokens spends outside the
   // linear-attention recurrence (every active parameter once per token, per GPU, and the
   // full-attention layers' QK^T and PV over every earlier position), at the device's measured
@@ -134,7 +132,7 @@ double percentile(std::vector<double> v, double p) {
   std::vector<CapacityProbes> runs;  // the points, then the int8 ones as int8-ws
   for (const auto& pt : points) runs.push_back(pt);
   for (const auto& pt : points)
-    if (pt.mode == "int8") runs.push_back({"int8-ws", pt.K, pt.probes});
+    if (working_state && pt.mode == "int8") runs.push_back({"int8-ws", pt.K, pt.probes});
   fmt::print("capacity (cuda): {}\n  {:>5} {:>5} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
              backend.description(), "mode", "K", "probes", "p50 ms", "p90 ms", "p99 ms",
              "probes/s");
@@ -210,11 +208,21 @@ double percentile(std::vector<double> v, double p) {
       "  with the rest of the model modelled ({:.2f} GFLOP per token, {:.0f} FLOP per attention "
       "pair, at the measured {:.1f} TFLOP/s): hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f})\n",
       per_token / 1e9, per_pair, tflops, hit_t, miss_t, miss_t / hit_t);
-  if (ws_hits.empty() && ws_misses.empty()) return;
+  if (!working_state) {
+    fmt::print(
+        "  int8 working state: not run (the working-state decode does not take heads of d_k {}, "
+        "d_v {})\n",
+        m.head_k_dim, m.head_v_dim);
+    return;
+  }
 
   // The int8 working state: its own hit and miss figures, and the kernels against their CPU
   // reference on the first sampled hit and miss.
   const std::string wg = gname + "/int8-ws";
+  file.write_scalar(wg + "/donate_ms", percentile(ws_donate_ms, 0.5), "ms",
+                    "median time of one donate of an int8 working state (the working-slot copy of "
+                    "one slot, all layers)");
+  summary.set("capacity.cuda.int8-ws.donate_ms", percentile(ws_donate_ms, 0.5));
   const double wh = percentile(ws_hits, 0.5), wm = percentile(ws_misses, 0.5);
   const double wht = percentile(ws_hits_total, 0.5), wmt = percentile(ws_misses_total, 0.5);
   for (const auto& [name, v, what] :
@@ -231,6 +239,7 @@ double percentile(std::vector<double> v, double p) {
   WorkingStateCheck check;
   for (const bool want_hit : {true, false})
     for (const auto& pt : points) {
+      if (pt.mode != "int8") continue;
       const auto it = std::find_if(pt.probes.begin(), pt.probes.end(), [&](const auto& r) {
         return (r.cached_tokens > 0) == want_hit;
       });
@@ -246,6 +255,8 @@ double percentile(std::vector<double> v, double p) {
                     "of those, the elements whose bits differ (0: the kernels agree bit for bit)");
   summary.set("capacity.cuda.int8-ws.reference_compared", static_cast<double>(check.compared));
   summary.set("capacity.cuda.int8-ws.reference_mismatches", static_cast<double>(check.differing));
+  if (check.compared == 0)
+    fmt::print("  note: no sampled int8 probe to check the working-state kernels on\n");
   fmt::print(
       "  int8 working state: hit p50 {:.3f} ms, miss p50 {:.3f} ms (x{:.1f}), donate {:.3f} ms; "
       "with the rest modelled {:.3f} / {:.3f} ms; against the CPU reference {} of {} elements "
@@ -418,9 +429,12 @@ void run_capacity(const Options& o, const ModelConfig& m, H5Writer& file, Summar
     int64_t max_prompt = 1;
     for (const auto& pt : gpu_points)
       for (const auto& r : pt.probes) max_prompt = std::max(max_prompt, r.prompt_len);
+    ServingShape shape = capacity_serving_shape(m, dt);
+    const bool working_state = cuda::ws_decode_supports_head(shape.layer.dk, shape.layer.dv);
+    if (!working_state) shape.working = WorkingStateFormat{};
     const std::unique_ptr<ServingBackend> backend =
-        cuda::cuda_serving_backend(capacity_serving_shape(m, dt), max_prompt, o.seed);
-    record_probe_costs(*backend, m, gpu_points, o.quick ? 16 : 64, file, summary);
+        cuda::cuda_serving_backend(shape, max_prompt, o.seed);
+    record_probe_costs(*backend, m, gpu_points, working_state, o.quick ? 16 : 64, file, summary);
 #else
     fail("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH)");
 #endif

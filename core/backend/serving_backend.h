@@ -31,8 +31,10 @@ struct ServingShape {
   int64_t conv_elems = 0;        // bf16 conv values per layer and slot
   Dtype temporal = Dtype::fp32;  // active pool dtype: fp32 or bf16
   Codec checkpoint;              // the checkpoint pool's codec (int8 with its scale dtype)
-  WorkingStateFormat working;    // the working-state pool's format (int8 with its scale dtype)
-  int parallel = 8;              // request slots
+  // The working-state pool's format (int8 with its scale dtype); fp32: no working-state mode
+  // (nothing allocated; serving from working_pool is an Error).
+  WorkingStateFormat working;
+  int parallel = 8;  // request slots
 };
 
 // One request as the cache model served it.

@@ -32,8 +32,11 @@ class CudaServingBackend : public ServingBackend {
         ws_scale_bytes_(ws_scale_bytes(s.working)) {
     if (s.temporal != Dtype::fp32 && s.temporal != Dtype::bf16)
       fail("serving backend: temporal dtype {} is not fp32 or bf16", dtype_name(s.temporal));
-    if (!ws_decode_supports(s.working))
+    if (has_working() && !ws_decode_supports(s.working))
       fail("serving backend: working-state format {} has no decode kernel", s.working.name());
+    if (has_working() && !ws_decode_supports_head(s.layer.dk, s.layer.dv))
+      fail("serving backend: the working-state decode does not take heads of d_k {}, d_v {}",
+           s.layer.dk, s.layer.dv);
     geo_.L = s.layers, geo_.HV = s.layer.HV, geo_.dv = s.layer.dv, geo_.dk = s.layer.dk;
     geo_.conv_elems = s.conv_elems;
     const size_t L = static_cast<size_t>(s.layers);
@@ -43,12 +46,14 @@ class CudaServingBackend : public ServingBackend {
     ck_values_.resize(L * 2 * slot_elems_ * s.checkpoint.value_bytes());
     ck_scales_.resize(L * 2 * s.layer.HV * s.layer.dk * s.checkpoint.scale_bytes());
     ck_conv_.resize(L * 2 * s.conv_elems);
-    ws_codes_.resize(L * slots_ * slot_elems_ * ws_code_bytes_);
-    ws_codes_.fill_bytes(0);
-    ws_scales_.resize(std::max<size_t>(16, L * slots_ * ws_slot_scales() * ws_scale_bytes_));
-    ws_scales_.fill_bytes(0);
-    scratch_.resize(L * layer_elems_);
-    scratch_.fill_bytes(0);
+    if (has_working()) {
+      ws_codes_.resize(L * slots_ * slot_elems_ * ws_code_bytes_);
+      ws_codes_.fill_bytes(0);
+      ws_scales_.resize(std::max<size_t>(16, L * slots_ * ws_slot_scales() * ws_scale_bytes_));
+      ws_scales_.fill_bytes(0);
+      scratch_.resize(L * layer_elems_);
+      scratch_.fill_bytes(0);
+    }
     av_ = {active_.data(), nullptr, active_conv_.data(), slots_};
     cv_ = {ck_values_.data(), ck_scales_.data(), ck_conv_.data(), 2};
 
@@ -63,6 +68,9 @@ class CudaServingBackend : public ServingBackend {
     ids_ = to_device(ids);
     one_ = to_device(std::vector<int32_t>{1});
     cached_slot_ = to_device(std::vector<int32_t>{slots_ - 1});
+    cached_srcs_ = to_device(std::vector<int32_t>(s.parallel, slots_ - 1));
+    ckpt_srcs_ = to_device(std::vector<int32_t>(s.parallel, 1));
+    batch_dst_.resize(s.parallel);
     cu_.resize(s.parallel + 1);
     ws_cu_.resize(s.parallel + 1);
     ws_pos_.resize(s.parallel);
@@ -76,8 +84,10 @@ class CudaServingBackend : public ServingBackend {
     const int64_t prompt = std::max<int64_t>(1, max_prompt);
     prefill({prompt}, cached_slot_.data());
     donate();
-    prefill_working({prompt}, cached_slot_.data(), slots_ - 1, nullptr);
-    check_ws_decode_error(error_.data(), stream_);
+    if (has_working()) {
+      prefill_working({prompt}, cached_slot_.data(), cached_slot_.data(), slots_ - 1, nullptr);
+      check_ws_decode_error(error_.data(), stream_);
+    }
   }
   ~CudaServingBackend() override {
     cudaEventDestroy(e0_);
@@ -89,6 +99,7 @@ class CudaServingBackend : public ServingBackend {
   double donate_ms(RestoreFrom into) override {
     if (into == RestoreFrom::active_pool)
       fail("serving backend: the single-pool mode donates nothing (its state stays in its slot)");
+    if (into == RestoreFrom::working_pool) need_working();
     STATECHECK_CUDA_CHECK(cudaEventRecord(e0_, stream_));
     if (into == RestoreFrom::checkpoint_pool)
       donate();
@@ -137,16 +148,16 @@ class CudaServingBackend : public ServingBackend {
         if (requests[i].cached_tokens > 0) hit_slots.push_back(static_cast<int32_t>(i - b + 1));
       }
       if (!hit_slots.empty()) {
-        DeviceBuffer<int32_t> dst = to_device(hit_slots);
-        const bool ckpt = from == RestoreFrom::checkpoint_pool;
-        DeviceBuffer<int32_t> src =
-            to_device(std::vector<int32_t>(hit_slots.size(), ckpt ? 1 : slots_ - 1));
+        STATECHECK_CUDA_CHECK(cudaMemcpyAsync(batch_dst_.data(), hit_slots.data(),
+                                              hit_slots.size() * 4, cudaMemcpyHostToDevice,
+                                              stream_));
         const int nh = static_cast<int>(hit_slots.size());
-        if (ckpt)
-          checkpoint_load(geo_, cv_, s_.checkpoint, av_, s_.temporal, src.data(), dst.data(), nh,
-                          stream_);
+        if (from == RestoreFrom::checkpoint_pool)
+          checkpoint_load(geo_, cv_, s_.checkpoint, av_, s_.temporal, ckpt_srcs_.data(),
+                          batch_dst_.data(), nh, stream_);
         else
-          checkpoint_load(geo_, av_, copy_, av_, s_.temporal, src.data(), dst.data(), nh, stream_);
+          checkpoint_load(geo_, av_, copy_, av_, s_.temporal, cached_srcs_.data(),
+                          batch_dst_.data(), nh, stream_);
       }
       prefill(lens, ids_.data());
     }
@@ -157,13 +168,14 @@ class CudaServingBackend : public ServingBackend {
   }
 
   WorkingStateCheck check_working_state(const ServedRequest& r) override {
+    need_working();
     // The starting state of layer 0 as the reference needs it: the cached working slot's codes
     // and scales on a hit; on a miss, the chunked prefill's fp32 state (read after the launch:
     // the scratch slot is not written by the working-state decode).
     HostWsBatch b = reference_batch();
     const size_t codes = slot_elems_ * ws_code_bytes_, scales = ws_slot_scales() * ws_scale_bytes_;
     b.codes.resize(codes);
-    b.scales.resize(std::max<size_t>(scales, 1));
+    b.scales.resize(scales);
     const bool hit = r.cached_tokens > 0;
     if (hit) {
       download(b.codes.data(), ws_codes_.data() + (slots_ - 1) * codes, codes);
@@ -211,6 +223,11 @@ class CudaServingBackend : public ServingBackend {
   }
 
  private:
+  bool has_working() const { return s_.working.kind != WorkingStateKind::fp32; }
+  void need_working() const {
+    if (!has_working()) fail("serving backend: this backend has no working-state pool");
+  }
+
   size_t ws_slot_scales() const { return static_cast<size_t>(s_.layer.HV) * s_.layer.dk; }
 
   // A one-slot reference batch of layer 0 with the kernel launches' shape, format and key.
@@ -304,49 +321,40 @@ class CudaServingBackend : public ServingBackend {
   // working-state decode from it (init_state). A one-request launch reads that token at its place
   // in the stream (P - 1); a batch reads its last tokens from the stream's start (the same work).
   // Outputs of layer 0 to `o` when given.
-  void prefill_working(const std::vector<int64_t>& lens, const int32_t* slot_ids, int first_scratch,
-                       uint16_t* o) {
+  // `scratch_ids` (device) lists the scratch slots first_scratch, first_scratch + 1, ...
+  void prefill_working(const std::vector<int64_t>& lens, const int32_t* slot_ids,
+                       const int32_t* scratch_ids, int first_scratch, uint16_t* o) {
     std::vector<int64_t> head(lens.size()), ones(lens.size(), 1), pos(lens.size());
-    std::vector<int32_t> scratch_ids(lens.size());
-    for (size_t i = 0; i < lens.size(); ++i) {
-      head[i] = lens[i] - 1, pos[i] = lens[i] - 1;
-      scratch_ids[i] = first_scratch + static_cast<int32_t>(i);
-    }
-    const DeviceBuffer<int32_t> sid = to_device(scratch_ids);
-    prefill(head, sid.data(), reinterpret_cast<uint8_t*>(scratch_.data()), Dtype::fp32);
+    for (size_t i = 0; i < lens.size(); ++i) head[i] = lens[i] - 1, pos[i] = lens[i] - 1;
+    prefill(head, scratch_ids, reinterpret_cast<uint8_t*>(scratch_.data()), Dtype::fp32);
     const int64_t t0 = lens.size() == 1 ? lens[0] - 1 : 0;
     ws_decode_layers(ones, pos, t0, slot_ids, scratch_.data() + first_scratch * slot_elems_,
                      layer_elems_, o);
   }
 
-  // The requests of one batch (at most `parallel`) in the working-state mode, in slots 1, 2, ...
-  // (`slot_ids`): hits copy the cached working slot and decode their suffix (from the stream's
-  // start, at positions cached_tokens ...); misses run prefill_working. Outputs of layer 0 to `o`
-  // when given (a batch of one request only).
+  // The requests of one batch (at most `parallel`) in the working-state mode: the h hits in
+  // slots 1 .. h copy the cached working slot and decode their suffix (from the stream's start, at
+  // positions cached_tokens ...), the misses run prefill_working in slots h + 1 ... (scratch slots
+  // 1 ...). Slot lists are the preallocated ids_ and cached_srcs_, so nothing is allocated or
+  // uploaded but the offsets. Outputs of layer 0 to `o` when given (a batch of one request only).
   void serve_working(const std::vector<ServedRequest>& rs, uint16_t* o) {
-    std::vector<int32_t> hit_slots;
+    need_working();
     std::vector<int64_t> hit_lens, hit_pos, miss_lens;
-    std::vector<int32_t> miss_slots;
-    for (size_t i = 0; i < rs.size(); ++i) {
-      const int32_t slot = static_cast<int32_t>(i + 1);
-      if (rs[i].cached_tokens > 0) {
-        hit_slots.push_back(slot);
-        hit_lens.push_back(rs[i].prompt_len - rs[i].cached_tokens);
-        hit_pos.push_back(rs[i].cached_tokens);
+    for (const ServedRequest& r : rs) {
+      if (r.cached_tokens > 0) {
+        hit_lens.push_back(r.prompt_len - r.cached_tokens);
+        hit_pos.push_back(r.cached_tokens);
       } else {
-        miss_slots.push_back(slot);
-        miss_lens.push_back(rs[i].prompt_len);
+        miss_lens.push_back(r.prompt_len);
       }
     }
-    if (!hit_slots.empty()) {
-      const DeviceBuffer<int32_t> dst = to_device(hit_slots);
-      const DeviceBuffer<int32_t> src =
-          to_device(std::vector<int32_t>(hit_slots.size(), slots_ - 1));
-      ws_copy(src.data(), dst.data(), static_cast<int>(hit_slots.size()));
-      ws_decode_layers(hit_lens, hit_pos, 0, dst.data(), nullptr, 0, o);
+    const int h = static_cast<int>(hit_lens.size());
+    if (h > 0) {
+      ws_copy(cached_srcs_.data(), ids_.data(), h);
+      ws_decode_layers(hit_lens, hit_pos, 0, ids_.data(), nullptr, 0, o);
     }
-    if (!miss_slots.empty())
-      prefill_working(miss_lens, to_device(miss_slots).data(), 1, hit_slots.empty() ? o : nullptr);
+    if (!miss_lens.empty())
+      prefill_working(miss_lens, ids_.data() + h, ids_.data(), 1, h == 0 ? o : nullptr);
   }
   void donate() {
     checkpoint_store(geo_, av_, s_.temporal, cv_, s_.checkpoint, cached_slot_.data(), one_.data(),
@@ -414,7 +422,10 @@ class CudaServingBackend : public ServingBackend {
   StatePoolView av_, cv_;
   LayerInputs host_in_;
   DeviceLayerInputs in_;
-  DeviceBuffer<int32_t> ids_, one_, cached_slot_, cu_, ws_cu_, ws_pos_, error_;
+  // ids_: 1 .. parallel; cached_srcs_ / ckpt_srcs_: parallel copies of the cached active /
+  // working slot and of checkpoint slot 1; batch_dst_: a batch's hit slots.
+  DeviceBuffer<int32_t> ids_, one_, cached_slot_, cached_srcs_, ckpt_srcs_, batch_dst_;
+  DeviceBuffer<int32_t> cu_, ws_cu_, ws_pos_, error_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t e0_ = nullptr, e1_ = nullptr;
   double matmul_tflops_ = 0.0;

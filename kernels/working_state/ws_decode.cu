@@ -356,6 +356,10 @@ bool ws_decode_supports(const WorkingStateFormat& f) {
   }
 }
 
+bool ws_decode_supports_head(int dk, int dv) {
+  return (dk == 32 || dk == 64 || dk == 128) && dv >= 1 && dv <= kMaxDv;
+}
+
 void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   if (!ws_decode_supports(a.format))
     fail("working-state decode: format '{}' has no CUDA kernel", a.format.name());

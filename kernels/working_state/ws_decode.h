@@ -87,6 +87,8 @@ struct WsDecodeArgs {
 
 // True for the formats ws_decode runs (see WsDecodeArgs::format).
 bool ws_decode_supports(const WorkingStateFormat& f);
+// True for the head shapes ws_decode runs: d_k 32, 64 or 128, 1 <= d_v <= 128.
+bool ws_decode_supports_head(int dk, int dv);
 
 // Launches the kernel on `stream`. Throws statecheck::Error, before any device work, on an
 // unsupported format, shapes outside the limits above (H, HV, d_v not positive, HV % H != 0, d_k

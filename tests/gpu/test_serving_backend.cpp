@@ -57,6 +57,13 @@ TEST_P(ServingBackendWs, TimesEveryModeAndRefusesADonateOfTheSinglePool) {
   EXPECT_GT(backend->donate_ms(RestoreFrom::checkpoint_pool), 0.0);
   EXPECT_GT(backend->donate_ms(RestoreFrom::working_pool), 0.0);
   EXPECT_THROW(backend->donate_ms(RestoreFrom::active_pool), Error);
+  // Without a working-state format the mode is refused.
+  ServingShape plain = small_shape(GetParam(), false);
+  plain.working = WorkingStateFormat{};
+  const auto without = cuda_serving_backend(plain, 200, 7);
+  EXPECT_GT(without->serve_ms(rs[0], RestoreFrom::checkpoint_pool), 0.0);
+  EXPECT_THROW(without->serve_ms(rs[0], RestoreFrom::working_pool), Error);
+  EXPECT_THROW(without->check_working_state(rs[0]), Error);
   // After the timed work a hit still agrees with its reference.
   EXPECT_EQ(backend->check_working_state({137, 128}).differing, 0);
 }
