@@ -148,22 +148,22 @@ double percentile(std::vector<double> v, double p) {
       sample.push_back({r.prompt_len, r.cached_tokens});
     }
     std::vector<double> lat, hit_lat, miss_lat, total;
+    // int8-ws keeps its own hit and miss figures, apart from the bf16 / int8 aggregate.
+    std::vector<double>& hits = ws ? ws_hits : all_hits;
+    std::vector<double>& misses = ws ? ws_misses : all_misses;
+    std::vector<double>& hits_total = ws ? ws_hits_total : all_hits_total;
+    std::vector<double>& misses_total = ws ? ws_misses_total : all_misses_total;
     for (const auto& r : sample) {
       const double ms = backend.serve_ms(r, from);
       lat.push_back(ms);
       total.push_back(ms + rest_ms(r));
       (r.cached_tokens > 0 ? hit_lat : miss_lat).push_back(ms);
-      if (ws)
-        (r.cached_tokens > 0 ? ws_hits_total : ws_misses_total).push_back(total.back());
-      else
-        (r.cached_tokens > 0 ? all_hits_total : all_misses_total).push_back(total.back());
+      (r.cached_tokens > 0 ? hits_total : misses_total).push_back(total.back());
     }
     const double total_ms = backend.serve_batches_ms(sample, from);
     const double rps = sample.size() / (total_ms * 1e-3);
-    (ws ? ws_hits : all_hits)
-        .insert((ws ? ws_hits : all_hits).end(), hit_lat.begin(), hit_lat.end());
-    (ws ? ws_misses : all_misses)
-        .insert((ws ? ws_misses : all_misses).end(), miss_lat.begin(), miss_lat.end());
+    hits.insert(hits.end(), hit_lat.begin(), hit_lat.end());
+    misses.insert(misses.end(), miss_lat.begin(), miss_lat.end());
     const std::string key = fmt::format("capacity.cuda.{}.K{}", pt.mode, pt.K);
     const std::string pg = fmt::format("{}/{}/K{}", gname, pt.mode, pt.K);
     file.write(pg + "/probe_latency_ms", lat, {lat.size()}, "ms",

@@ -113,22 +113,21 @@ class CudaServingBackend : public ServingBackend {
     STATECHECK_CUDA_CHECK(cudaEventRecord(e0_, stream_));
     if (from == RestoreFrom::working_pool) {
       serve_working({r}, nullptr);
-      STATECHECK_CUDA_CHECK(cudaEventRecord(e1_, stream_));
-      const double ms = elapsed_ms();
-      check_ws_decode_error(error_.data(), stream_);
-      return ms;
+    } else {
+      if (r.cached_tokens > 0) {
+        if (from == RestoreFrom::checkpoint_pool)
+          checkpoint_load(geo_, cv_, s_.checkpoint, av_, s_.temporal, one_.data(), one_.data(), 1,
+                          stream_);
+        else
+          checkpoint_load(geo_, av_, copy_, av_, s_.temporal, cached_slot_.data(), one_.data(), 1,
+                          stream_);
+      }
+      prefill({r.prompt_len - r.cached_tokens}, one_.data());
     }
-    if (r.cached_tokens > 0) {
-      if (from == RestoreFrom::checkpoint_pool)
-        checkpoint_load(geo_, cv_, s_.checkpoint, av_, s_.temporal, one_.data(), one_.data(), 1,
-                        stream_);
-      else
-        checkpoint_load(geo_, av_, copy_, av_, s_.temporal, cached_slot_.data(), one_.data(), 1,
-                        stream_);
-    }
-    prefill({r.prompt_len - r.cached_tokens}, one_.data());
     STATECHECK_CUDA_CHECK(cudaEventRecord(e1_, stream_));
-    return elapsed_ms();
+    const double ms = elapsed_ms();
+    if (from == RestoreFrom::working_pool) check_ws_decode_error(error_.data(), stream_);
+    return ms;
   }
 
   double serve_batches_ms(const std::vector<ServedRequest>& requests, RestoreFrom from) override {
@@ -178,14 +177,13 @@ class CudaServingBackend : public ServingBackend {
     b.scales.resize(scales);
     const bool hit = r.cached_tokens > 0;
     if (hit) {
-      download(b.codes.data(), ws_codes_.data() + (slots_ - 1) * codes, codes);
-      if (scales) download(b.scales.data(), ws_scales_.data() + (slots_ - 1) * scales, scales);
+      download(b.codes.data(), ws_codes_of(0) + (slots_ - 1) * codes, codes);
+      if (scales) download(b.scales.data(), ws_scales_of(0) + (slots_ - 1) * scales, scales);
     }
     const int64_t n = hit ? r.prompt_len - r.cached_tokens : 1;
-    if (!hit)  // a miss starts from the zero state (the timed misses reuse the scratch as it is)
-      for (int l = 0; l < s_.layers; ++l)
-        STATECHECK_CUDA_CHECK(cudaMemsetAsync(scratch_.data() + (l * slots_ + 1) * slot_elems_, 0,
-                                              slot_elems_ * 4, stream_));
+    if (!hit)  // layer 0's miss starts from the zero state (timed misses reuse the scratch)
+      STATECHECK_CUDA_CHECK(
+          cudaMemsetAsync(scratch_.data() + slot_elems_, 0, slot_elems_ * 4, stream_));
     DeviceBuffer<uint16_t> o(static_cast<size_t>(n) * s_.layer.HV * s_.layer.dv);
     if (n > 0) o.fill_bytes(0xFF);
     serve_working({r}, n > 0 ? o.data() : nullptr);
@@ -208,8 +206,8 @@ class CudaServingBackend : public ServingBackend {
       fail("serving backend: the working-state reference refused head {} of the check",
            refused.front().head);
     std::vector<uint8_t> got_codes(codes), got_scales(scales);
-    download(got_codes.data(), ws_codes_.data() + codes, codes);
-    if (scales) download(got_scales.data(), ws_scales_.data() + scales, scales);
+    download(got_codes.data(), ws_codes_of(0) + codes, codes);
+    if (scales) download(got_scales.data(), ws_scales_of(0) + scales, scales);
     const std::vector<uint16_t> got_o = o.download();
     WorkingStateCheck c;
     const int cb = ws_code_bytes_, sb = std::max(ws_scale_bytes_, 1);
@@ -229,6 +227,16 @@ class CudaServingBackend : public ServingBackend {
   }
 
   size_t ws_slot_scales() const { return static_cast<size_t>(s_.layer.HV) * s_.layer.dk; }
+  // Layer l's codes [slots, HV, d_v, d_k] and scales [slots, HV, d_k] in the working-state pool
+  // (scales null for a format without them).
+  uint8_t* ws_codes_of(int l) {
+    return ws_codes_.data() + static_cast<size_t>(l) * slots_ * slot_elems_ * ws_code_bytes_;
+  }
+  uint8_t* ws_scales_of(int l) {
+    return ws_scale_bytes_ ? ws_scales_.data() + static_cast<size_t>(l) * slots_ *
+                                                     ws_slot_scales() * ws_scale_bytes_
+                           : nullptr;
+  }
 
   // A one-slot reference batch of layer 0 with the kernel launches' shape, format and key.
   HostWsBatch reference_batch() const {
@@ -260,11 +268,8 @@ class CudaServingBackend : public ServingBackend {
 
   // Working-slot copies dst[i] = src[i] of every layer.
   void ws_copy(const int32_t* src_slots, const int32_t* dst_slots, int n) {
-    const size_t codes = slots_ * slot_elems_ * ws_code_bytes_;
-    const size_t scales = slots_ * ws_slot_scales() * ws_scale_bytes_;
     for (int l = 0; l < s_.layers; ++l) {
-      uint8_t* c = ws_codes_.data() + l * codes;
-      uint8_t* sc = ws_scale_bytes_ ? ws_scales_.data() + l * scales : nullptr;
+      uint8_t *c = ws_codes_of(l), *sc = ws_scales_of(l);
       ws_slot_copy(s_.working, s_.layer.HV, s_.layer.dk, s_.layer.dv, c, sc, c, sc, src_slots,
                    dst_slots, n, stream_);
     }
@@ -305,10 +310,8 @@ class CudaServingBackend : public ServingBackend {
     a.error_info = error_.data();
     for (int l = 0; l < s_.layers; ++l) {
       a.layer = l;
-      a.codes = ws_codes_.data() + l * slots_ * slot_elems_ * ws_code_bytes_;
-      a.scales = ws_scale_bytes_
-                     ? ws_scales_.data() + l * slots_ * ws_slot_scales() * ws_scale_bytes_
-                     : nullptr;
+      a.codes = ws_codes_of(l);
+      a.scales = ws_scales_of(l);
       a.init_state = init ? init + l * init_layer_stride : nullptr;
       a.o = l == 0 ? o : nullptr;
       ws_decode(a, stream_);
