@@ -62,22 +62,38 @@ void bench_chunked_prefill(const Options& o, GpuTimer& timer, std::vector<Row>& 
       std::vector<float> pool(slots * slot_elems);
       Rng rng(mix_seed(o.seed, 23));
       for (auto& x : pool) x = static_cast<float>(0.06 * rng.normal());
-      DeviceBuffer<float> d_chunk, d_rec;
-      d_chunk.upload(pool), d_rec.upload(pool);
+      DeviceBuffer<float> d_chunk, d_fused, d_rec;
+      d_chunk.upload(pool), d_fused.upload(pool), d_rec.upload(pool);
       std::vector<int32_t> cu(B + 1);
       for (int b = 0; b <= B; ++b) cu[b] = b * T;
       DeviceBuffer<int32_t> d_ids = to_device(distinct_slots(B, slots, mix_seed(o.seed, 25)));
       DeviceBuffer<int32_t> d_cu = to_device(cu);
       const size_t outs = static_cast<size_t>(B) * T * sh.HV * dv;
-      DeviceBuffer<uint16_t> o_chunk(outs), o_rec(outs);
-      o_chunk.fill_bytes(0xFF), o_rec.fill_bytes(0xFF);
+      DeviceBuffer<uint16_t> o_chunk(outs), o_fused(outs), o_rec(outs);
+      o_chunk.fill_bytes(0xFF), o_fused.fill_bytes(0xFF), o_rec.fill_bytes(0xFF);
       GatedDeltaPoolArgs ac = pool_args(rs, Dtype::fp32, d_chunk.data(), slots, d_in, 0, B,
                                         d_ids.data(), d_cu.data(), o_chunk.data(), T);
+      GatedDeltaPoolArgs af = pool_args(rs, Dtype::fp32, d_fused.data(), slots, d_in, 0, B,
+                                        d_ids.data(), d_cu.data(), o_fused.data(), T);
       GatedDeltaPoolArgs ar = pool_args(rs, Dtype::fp32, d_rec.data(), slots, d_in, 0, B,
                                         d_ids.data(), d_cu.data(), o_rec.data(), T);
-      chunked_prefill_pool(ac);
+      // The split form (the default when the host knows the token count), with its workspace
+      // allocated here, outside the timed region; the fused form beside it.
+      ChunkedPrefillOptions split;
+      split.total_tokens = cu.back();
+      DeviceBuffer<uint8_t> workspace(chunked_prefill_workspace_bytes(ac, split.total_tokens));
+      split.workspace = workspace.data(), split.workspace_bytes = workspace.bytes();
+      ChunkedPrefillOptions fused;
+      fused.form = ChunkedForm::fused;
+      chunked_prefill_pool(ac, split);
+      chunked_prefill_pool(af, fused);
       gated_delta_pool(ar);
       STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+      if (o_chunk.download() != o_fused.download() || d_chunk.download() != d_fused.download())
+        fail(
+            "bench: chunked prefill {} B {} T {}: the split and fused forms differ (they agree "
+            "bit for bit by construction): no speed reported",
+            sh.name, B, T);
       const double err_o = rel_frobenius(o_chunk, o_rec), err_s = rel_frobenius(d_chunk, d_rec);
       if (!(err_o <= tol16 && err_s <= tol16))
         fail(
@@ -87,17 +103,24 @@ void bench_chunked_prefill(const Options& o, GpuTimer& timer, std::vector<Row>& 
             sh.name, B, T, err_o, err_s, tol16);
       fmt::print(
           "  chunked prefill {} B {} T {}: against the recurrent kernel, outputs {:.3g}, "
-          "states {:.3g} (tol16 {:.3g})\n",
+          "states {:.3g} (tol16 {:.3g}); split and fused forms bit for bit equal\n",
           sh.name, B, T, err_o, err_s, tol16);
       const std::string suffix = fmt::format("{}_fp32_state_B{}_T{}", sh.name, B, T);
       const double tokens = static_cast<double>(B) * T;
-      const int chosen = chunked_prefill_value_tile(ac);
-      for (const int tile : {chosen, chosen == 64 ? 32 : 64}) {
-        ChunkedPrefillOptions opt;
-        opt.value_tile = tile;
-        Row r{"prefill_chunked_" + suffix + (tile == chosen ? "" : fmt::format("_vt{}", tile))};
+      // Rows: the split form at its chosen value tile and at the other, the fused form at its own.
+      const int chosen = chunked_prefill_value_tile(ac, split);
+      const int chosen_fused = chunked_prefill_value_tile(ac, fused);
+      const std::pair<ChunkedPrefillOptions, std::string> runs[] = {
+          {split, ""}, {split, "_vt"}, {fused, "_fused"}};
+      for (const auto& [base, tag] : runs) {
+        ChunkedPrefillOptions opt = base;
+        const bool is_fused = tag == "_fused";
+        opt.value_tile = is_fused ? chosen_fused : tag.empty() ? chosen : chosen == 64 ? 32 : 64;
+        Row r{"prefill_chunked_" + suffix +
+              (tag == "_vt" ? fmt::format("_vt{}", opt.value_tile) : tag)};
         r.set_times(timer.time([&](cudaStream_t s) { chunked_prefill_pool(ac, opt, s); }, repeats));
-        r.kernel = fmt::format("chunked_value_tile{}", tile);
+        r.kernel =
+            fmt::format("chunked_{}_value_tile{}", is_fused ? "fused" : "split", opt.value_tile);
         r.bytes = gated_delta_pool_bytes(ac, B * static_cast<int64_t>(T));
         r.flops = chunked_prefill_flops(ac, cu);
         r.tokens = tokens;

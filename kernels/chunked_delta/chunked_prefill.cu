@@ -18,11 +18,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_bf16.h>
 
 #include "core/recurrence/chunked_delta.h"
+#include "kernels/chunked_delta/chunk_workspace.h"
+#include "kernels/chunked_delta/state_pass.cuh"
 #include "kernels/chunked_delta/unit_lower_inverse.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
@@ -46,17 +49,25 @@ constexpr int kLdG = kDk + 1;    // fp32 row stride of KDA's cumulative decays
 // for which the intra-chunk products run on tensor cores (step 2).
 constexpr float kSafeSpan = 40.0f;
 
+// What a block of chunked_prefill_kernel computes: the whole recurrence of a (sequence, value
+// head, value tile) (fused), or the state-independent products of one (chunk, value head) into
+// the workspace (transform, the first pass of the split form; chunk_workspace.h).
+enum class Form { fused, transform };
+
 // Shared-memory carve-up of one block, in bytes from the start (all offsets 16-byte aligned).
-template <int BV, bool KDA>
+// The transform form has no state, writes Kd to the workspace (KDA still stages step 2's factors
+// in Kd's place) and loads the values into P's place once P is written out.
+template <int BV, bool KDA, Form F = Form::fused>
 struct Smem {
-  static constexpr int kTile = kC * kLdK * 2;       // [64][136] bf16
-  static constexpr int q = 0;                       // normalised q (KDA: then Qg)
-  static constexpr int k = q + kTile;               // normalised k, then -Wk
-  static constexpr int kg = k + kTile;              // k e^G
-  static constexpr int kd = kg + kTile;             // k e^(Gn - G)
-  static constexpr int s = kd + kTile;              // state, bf16 [BV][136]
-  static constexpr int v = s + BV * kLdK * 2;       // values [64][BV + 8]
-  static constexpr int r1 = v + kC * (BV + 8) * 2;  // A fp32 [64][68], then U
+  static constexpr bool kFused = F == Form::fused;
+  static constexpr int kTile = kC * kLdK * 2;                      // [64][136] bf16
+  static constexpr int q = 0;                                      // normalised q (KDA: then Qg)
+  static constexpr int k = q + kTile;                              // normalised k, then -Wk
+  static constexpr int kg = k + kTile;                             // k e^G
+  static constexpr int kd = kg + kTile;                            // k e^(Gn - G)
+  static constexpr int s = kd + (kFused || KDA ? kTile : 0);       // state, bf16 [BV][136]
+  static constexpr int v = s + (kFused ? BV * kLdK * 2 : 0);       // values [64][BV + 8]
+  static constexpr int r1 = v + (kFused ? kC * (BV + 8) * 2 : 0);  // A fp32 [64][68], then U
   static constexpr int r1_bytes = std::max(kC * kLdF * 4, kC*(BV + 8) * 2);
   static constexpr int t = r1 + (r1_bytes + 15) / 16 * 16;  // T fp32 [64][68]
   static constexpr int p = t + kC * kLdF * 4;               // P bf16 [64][72]
@@ -87,16 +98,27 @@ __device__ __forceinline__ float half_warp_sum(float x) {
   return x;
 }
 
-template <int BV, bool KDA, typename StateT>
-__global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams p) {
-  using L = Smem<BV, KDA>;
+// The transform form's block count per SM: two for GDN (106 KB of shared memory each), one for
+// KDA (its cumulative decays per key channel take 33 KB more).
+template <bool KDA, Form F>
+constexpr int kMinBlocks = F == Form::transform && !KDA ? 2 : 1;
+
+// Fused: block (sequence, value head, value tile). Transform: block (workspace slot, value head)
+// with BV = 64, ws the workspace and num_seqs the launch's sequence count (unused when fused).
+template <int BV, bool KDA, typename StateT, Form F = Form::fused>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
+    chunked_prefill_kernel(PoolParams p, uint8_t* __restrict__ ws, int num_seqs) {
+  using L = Smem<BV, KDA, F>;
+  constexpr bool kX = F == Form::transform;
+  static_assert(!kX || (BV == 64 && kC * (BV + 8) * 2 <= kC * kLdC * 2),
+                "transform: value tiles of 64 in P's place");
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + L::q);
   __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(smem + L::k);
   __nv_bfloat16* skg = reinterpret_cast<__nv_bfloat16*>(smem + L::kg);
   __nv_bfloat16* skd = reinterpret_cast<__nv_bfloat16*>(smem + L::kd);
   __nv_bfloat16* ss = reinterpret_cast<__nv_bfloat16*>(smem + L::s);
-  __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + L::v);
+  __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + (kX ? L::p : L::v));
   float* sa = reinterpret_cast<float*>(smem + L::r1);
   __nv_bfloat16* su = reinterpret_cast<__nv_bfloat16*>(smem + L::r1);
   float* st = reinterpret_cast<float*>(smem + L::t);
@@ -108,26 +130,55 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
   float* sGc = reinterpret_cast<float*>(smem + L::gc);
   constexpr int kLdV = BV + 8;
 
-  const int seq = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * BV;
-  const int t_begin = p.cu[seq], t_end = p.cu[seq + 1];
-  if (t_end <= t_begin) return;
+  const int h = blockIdx.y, v0 = kX ? 0 : blockIdx.z * BV;
+  int seq = blockIdx.x, t_begin, t_end;
+  if constexpr (kX) {  // the sequence and chunk of workspace slot blockIdx.x (chunk_workspace.h)
+    const int64_t j = blockIdx.x;
+    int lo = 0, hi = num_seqs - 1;  // the last sequence whose first slot is at or before j
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (chunk_slot(mid, p.cu[mid], 0) <= j)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    seq = lo;
+    const int64_t c = j - chunk_slot(seq, p.cu[seq], 0);
+    t_end = p.cu[seq + 1];
+    if (c < 0 || p.cu[seq] + c * kC >= t_end) return;  // an unused slot
+    t_begin = p.cu[seq] + static_cast<int>(c) * kC;
+  } else {
+    t_begin = p.cu[seq], t_end = p.cu[seq + 1];
+    if (t_end <= t_begin) return;
+  }
   const int kh = h / (p.HV / p.H);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g8 = lane >> 2, t4 = lane & 3;
-  StateT* state = static_cast<StateT*>(p.pool) +
-                  ((static_cast<size_t>(p.slot_ids[seq]) * p.HV + h) * p.dv + v0) * kDk;
+  // Transform: this chunk's workspace tile.
+  uint8_t* tile = nullptr;
+  __nv_bfloat16 *w_qx = nullptr, *w_kd = nullptr;
+  if constexpr (kX) {
+    tile = ws + (static_cast<size_t>(blockIdx.x) * p.HV + h) * ChunkTile::bytes(p.dv);
+    w_qx = reinterpret_cast<__nv_bfloat16*>(tile + ChunkTile::qx);
+    w_kd = reinterpret_cast<__nv_bfloat16*>(tile + ChunkTile::kd);
+  }
 
   // The state tile [BV, 128] as accumulators: row block sm, columns sn0 .. sn0 + 8 NTS.
   constexpr int kSRowBlocks = BV / 16, kNTS = 2 * kSRowBlocks;
   const int sm = (warp % kSRowBlocks) * 16, sn0 = (warp / kSRowBlocks) * kNTS * 8;
+  StateT* state = nullptr;
   float accS[kNTS][4];
+  if constexpr (!kX) {
+    state = static_cast<StateT*>(p.pool) +
+            ((static_cast<size_t>(p.slot_ids[seq]) * p.HV + h) * p.dv + v0) * kDk;
 #pragma unroll
-  for (int n = 0; n < kNTS; ++n) {
-    const int col = sn0 + n * 8 + 2 * t4;
-    load_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
-    load_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
+    for (int n = 0; n < kNTS; ++n) {
+      const int col = sn0 + n * 8 + 2 * t4;
+      load_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
+      load_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
+    }
+    store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
   }
-  store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
 
   // Token-row tiles [64, N]: rows rm .. rm + 15, column half ch.
   const int rm = (warp & 3) * 16, ch = warp >> 2;
@@ -147,11 +198,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
       copy_async16(sq + row * kLdK + seg * 8, p.q + off, row < nn);
       copy_async16(sk + row * kLdK + seg * 8, p.k + off, row < nn);
     }
-    for (int idx = tid; idx < kC * kSegsV; idx += kThreads) {
-      const int row = idx / kSegsV, seg = idx % kSegsV;
-      const size_t off =
-          row < nn ? (static_cast<size_t>(cs + row) * p.HV + h) * p.dv + v0 + seg * 8 : 0;
-      copy_async16(sv + row * kLdV + seg * 8, p.v + off, row < nn);
+    if constexpr (!kX) {  // the transform form loads its value tiles in step 4
+      for (int idx = tid; idx < kC * kSegsV; idx += kThreads) {
+        const int row = idx / kSegsV, seg = idx % kSegsV;
+        const size_t off =
+            row < nn ? (static_cast<size_t>(cs + row) * p.HV + h) * p.dv + v0 + seg * 8 : 0;
+        copy_async16(sv + row * kLdV + seg * 8, p.v + off, row < nn);
+      }
     }
     if (warp == 0) {
       const size_t t_lo = static_cast<size_t>(cs + lane), t_hi = t_lo + 32;
@@ -192,6 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
       }
 #pragma unroll
       for (int i = 0; i < kVLoads; ++i) {
+        if constexpr (kX) break;
         const int idx = tid + kThreads * i, row = idx / kSegsV, seg = idx % kSegsV;
         const size_t off =
             (static_cast<size_t>(c0 + min(row, n - 1)) * p.HV + h) * p.dv + v0 + seg * 8;
@@ -228,6 +282,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
       for (int e = 0; e < 8; ++e)
         qf[e] = __fmul_rn(qf[e], qscale), kf[e] = __fmul_rn(kf[e], kscale[i]);
       *reinterpret_cast<uint4*>(sq + row * kLdK + seg * 8) = float8_to_bf16x8(qf);
+      if constexpr (kX && !KDA)
+        *reinterpret_cast<uint4*>(w_qx + row * kDk + seg * 8) = float8_to_bf16x8(qf);
       if constexpr (KDA) {
         uint32_t* dst = reinterpret_cast<uint32_t*>(sk + row * kLdKda + seg * 8);
 #pragma unroll
@@ -240,6 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
     if constexpr (KDA) {
 #pragma unroll
       for (int i = 0; i < kVLoads; ++i) {
+        if constexpr (kX) break;
         const int idx = tid + kThreads * i, row = idx / kSegsV, seg = idx % kSegsV;
         *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) = vraw[i];
       }
@@ -295,7 +352,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
           kg[e] = kn * eg, kd[e] = kn * ed;
         }
         *reinterpret_cast<uint4*>(skg + row * kLdK + seg * 8) = float8_to_bf16x8(kg);
-        *reinterpret_cast<uint4*>(skd + row * kLdK + seg * 8) = float8_to_bf16x8(kd);
+        if constexpr (kX)
+          *reinterpret_cast<uint4*>(w_kd + row * kDk + seg * 8) = float8_to_bf16x8(kd);
+        else
+          *reinterpret_cast<uint4*>(skd + row * kLdK + seg * 8) = float8_to_bf16x8(kd);
       }
     };
     if constexpr (!KDA) write_kg_kd();
@@ -431,10 +491,61 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
 #pragma unroll
         for (int e = 0; e < 8; ++e)
           qf[e] = __fmul_rn(qf[e], sQn[row]) * expf(sGc[row * kLdG + seg * 8 + e]);
-        *reinterpret_cast<uint4*>(sq + row * kLdK + seg * 8) = float8_to_bf16x8(qf);
+        if constexpr (kX)
+          *reinterpret_cast<uint4*>(w_qx + row * kDk + seg * 8) = float8_to_bf16x8(qf);
+        else
+          *reinterpret_cast<uint4*>(sq + row * kLdK + seg * 8) = float8_to_bf16x8(qf);
       }
     }
+    if constexpr (kX) {  // P, e^G and e^Gn to the workspace (P's place then takes the values)
+      for (int i = tid; i < kC * kC / 8; i += kThreads)
+        *reinterpret_cast<uint4*>(tile + ChunkTile::p + i * 16) =
+            *reinterpret_cast<const uint4*>(sp + (i >> 3) * kLdC + (i & 7) * 8);
+      float* w_eg = reinterpret_cast<float*>(tile + ChunkTile::eg);
+      float* w_ds = reinterpret_cast<float*>(tile + ChunkTile::ds);
+      if (tid < kC) w_eg[tid] = KDA ? 0.0f : expf(sG[tid]);
+      if (tid < kDk) w_ds[tid] = KDA ? expf(sGc[(n - 1) * kLdG + tid]) : expf(sG[n - 1]);
+    }
     __syncthreads();
+
+    if constexpr (kX) {  // 4. -Wk and U0 = Tb V, value tile by value tile, to the workspace
+      float accW[8][4] = {};
+      warp_mma<8, kC, false, true>(accW, stb, kLdC, rm, skg, kLdK, ch * 64, lane);
+      store_tile_bf16(accW, reinterpret_cast<__nv_bfloat16*>(tile + ChunkTile::wk), kDk, rm,
+                      ch * 64, lane, [](int) { return -1.0f; });
+      float* w_u0 = reinterpret_cast<float*>(tile + ChunkTile::u0);
+      for (int vt = 0; vt < p.dv; vt += 64) {
+        const int width = min(64, p.dv - vt), segs = width / 8;
+        if (vt > 0) __syncthreads();  // the previous tile's products are done with sv
+        for (int idx = tid; idx < kC * segs; idx += kThreads) {
+          const int row = idx / segs, seg = idx % segs;
+          *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) =
+              row < n ? *reinterpret_cast<const uint4*>(
+                            p.v + (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + vt + seg * 8)
+                      : make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
+        auto tb_v = [&](auto nt_tag) {
+          constexpr int NT = decltype(nt_tag)::value;
+          float accU[NT][4] = {};
+          const int un0 = ch * NT * 8;
+          warp_mma<NT, kC, false, true>(accU, stb, kLdC, rm, sv, kLdV, un0, lane);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int col = vt + un0 + nt * 8 + 2 * t4;
+            float* r0 = w_u0 + static_cast<size_t>(rm + g8) * p.dv + col;
+            float* r1 = r0 + 8 * static_cast<size_t>(p.dv);
+            *reinterpret_cast<float2*>(r0) = make_float2(accU[nt][0], accU[nt][1]);
+            *reinterpret_cast<float2*>(r1) = make_float2(accU[nt][2], accU[nt][3]);
+          }
+        };
+        if (width == 64)
+          tb_v(std::integral_constant<int, 4>{});
+        else
+          tb_v(std::integral_constant<int, 2>{});
+      }
+      break;  // one chunk per block
+    }
 
     // 4. -Wk = -Tb Kg into k's place; U = Tb V; O = Qg S^T.
     {
@@ -492,36 +603,67 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_prefill_kernel(PoolParams
     store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
   }
 
+  if constexpr (!kX) {
 #pragma unroll
-  for (int n = 0; n < kNTS; ++n) {
-    const int col = sn0 + n * 8 + 2 * t4;
-    store_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
-    store_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
+    for (int n = 0; n < kNTS; ++n) {
+      const int col = sn0 + n * 8 + 2 * t4;
+      store_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
+      store_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
+    }
   }
 }
 
 template <int BV, bool KDA, typename StateT>
-void launch(const GatedDeltaPoolArgs& a, const PoolParams& p, cudaStream_t stream) {
+void launch_fused(const GatedDeltaPoolArgs& a, const PoolParams& p, cudaStream_t stream) {
   constexpr int bytes = Smem<BV, KDA>::bytes;
   const void* kernel = reinterpret_cast<const void*>(chunked_prefill_kernel<BV, KDA, StateT>);
   if (resident_blocks(kernel, kThreads, bytes) == 0)
     fail("chunked_prefill_pool: the device cannot give {} bytes of shared memory to a block",
          bytes);
   const dim3 grid(a.num_seqs, a.HV, a.dv / BV);
-  chunked_prefill_kernel<BV, KDA, StateT><<<grid, kThreads, bytes, stream>>>(p);
+  chunked_prefill_kernel<BV, KDA, StateT><<<grid, kThreads, bytes, stream>>>(p, nullptr, 0);
+}
+
+// The split form: the transform pass over every workspace slot, then the state pass.
+template <int BV, bool KDA, typename StateT>
+void launch_split(const GatedDeltaPoolArgs& a, const PoolParams& p, uint8_t* ws, int64_t slots,
+                  cudaStream_t stream) {
+  using X = Smem<64, KDA, Form::transform>;
+  const void* transform =
+      reinterpret_cast<const void*>(chunked_prefill_kernel<64, KDA, float, Form::transform>);
+  const void* state_pass =
+      reinterpret_cast<const void*>(chunked_state_pass_kernel<BV, KDA, StateT>);
+  if (resident_blocks(transform, kThreads, X::bytes) == 0 ||
+      resident_blocks(state_pass, kThreads, StatePassSmem<BV>::bytes) == 0)
+    fail("chunked_prefill_pool: the device cannot give {} bytes of shared memory to a block",
+         std::max<int>(X::bytes, StatePassSmem<BV>::bytes));
+  chunked_prefill_kernel<64, KDA, float, Form::transform>
+      <<<dim3(static_cast<unsigned>(slots), a.HV), kThreads, X::bytes, stream>>>(p, ws, a.num_seqs);
+  STATECHECK_CUDA_CHECK_LAUNCH("chunked_prefill_pool (transform pass)");
+  chunked_state_pass_kernel<BV, KDA, StateT>
+      <<<dim3(a.dv / BV, a.HV, a.num_seqs), kThreads, StatePassSmem<BV>::bytes, stream>>>(p, ws);
 }
 
 template <int BV>
-void launch_tile(const GatedDeltaPoolArgs& a, const PoolParams& p, cudaStream_t stream) {
+void launch_tile(const GatedDeltaPoolArgs& a, const PoolParams& p, uint8_t* ws, int64_t slots,
+                 cudaStream_t stream) {
   const bool kda = a.gate == GateKind::kda, f32 = a.state_dtype == Dtype::fp32;
+  auto run = [&](auto kda_tag, auto state_tag) {
+    constexpr bool K = decltype(kda_tag)::value;
+    using S = typename decltype(state_tag)::type;
+    if (ws)
+      launch_split<BV, K, S>(a, p, ws, slots, stream);
+    else
+      launch_fused<BV, K, S>(a, p, stream);
+  };
   if (kda && f32)
-    launch<BV, true, float>(a, p, stream);
+    run(std::true_type{}, std::common_type<float>{});
   else if (kda)
-    launch<BV, true, __nv_bfloat16>(a, p, stream);
+    run(std::true_type{}, std::common_type<__nv_bfloat16>{});
   else if (f32)
-    launch<BV, false, float>(a, p, stream);
+    run(std::false_type{}, std::common_type<float>{});
   else
-    launch<BV, false, __nv_bfloat16>(a, p, stream);
+    run(std::false_type{}, std::common_type<__nv_bfloat16>{});
 }
 
 void check_args(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
@@ -534,6 +676,18 @@ void check_args(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
     fail("chunked_prefill_pool: value_tile = {} does not divide d_v = {}", opt.value_tile, a.dv);
   if (a.state_dtype != Dtype::fp32 && a.state_dtype != Dtype::bf16)
     fail("chunked_prefill_pool: the state dtype must be fp32 or bf16");
+  if (opt.total_tokens < 0)
+    fail("chunked_prefill_pool: total_tokens = {} is negative", opt.total_tokens);
+  if (opt.form == ChunkedForm::split && opt.total_tokens == 0 && a.num_seqs > 0)
+    fail("chunked_prefill_pool: the split form needs total_tokens (cu_seqlens[num_seqs])");
+  if (chunked_prefill_form(opt) == ChunkedForm::split && opt.workspace) {
+    const size_t need = chunked_prefill_workspace_bytes(a, opt.total_tokens);
+    if (opt.workspace_bytes < need)
+      fail("chunked_prefill_pool: workspace_bytes = {} (the split form needs {})",
+           opt.workspace_bytes, need);
+    if (reinterpret_cast<uintptr_t>(opt.workspace) % 16 != 0)
+      fail("chunked_prefill_pool: the workspace is not 16-byte aligned");
+  }
 }
 
 }  // namespace
@@ -543,15 +697,30 @@ bool chunked_prefill_supported(const GatedDeltaPoolArgs& a) {
          (a.state_dtype == Dtype::fp32 || a.state_dtype == Dtype::bf16);
 }
 
+ChunkedForm chunked_prefill_form(const ChunkedPrefillOptions& opt) {
+  if (opt.form != ChunkedForm::automatic) return opt.form;
+  return opt.total_tokens > 0 ? ChunkedForm::split : ChunkedForm::fused;
+}
+
+size_t chunked_prefill_workspace_bytes(const GatedDeltaPoolArgs& a, int64_t total_tokens) {
+  return static_cast<size_t>(chunk_slots(a.num_seqs, total_tokens)) * a.HV * ChunkTile::bytes(a.dv);
+}
+
 int chunked_prefill_value_tile(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
   if (opt.value_tile != 0) return opt.value_tile;
   if (a.dv % 64 != 0) return 32;
   const bool kda = a.gate == GateKind::kda;
-  const void* kernel =
-      kda ? reinterpret_cast<const void*>(chunked_prefill_kernel<64, true, float>)
-          : reinterpret_cast<const void*>(chunked_prefill_kernel<64, false, float>);
-  const int resident =
-      resident_blocks(kernel, kThreads, kda ? Smem<64, true>::bytes : Smem<64, false>::bytes);
+  int resident = 0;
+  if (chunked_prefill_form(opt) == ChunkedForm::split)
+    resident = resident_blocks(
+        kda ? reinterpret_cast<const void*>(chunked_state_pass_kernel<64, true, float>)
+            : reinterpret_cast<const void*>(chunked_state_pass_kernel<64, false, float>),
+        kThreads, StatePassSmem<64>::bytes);
+  else
+    resident = resident_blocks(
+        kda ? reinterpret_cast<const void*>(chunked_prefill_kernel<64, true, float>)
+            : reinterpret_cast<const void*>(chunked_prefill_kernel<64, false, float>),
+        kThreads, kda ? Smem<64, true>::bytes : Smem<64, false>::bytes);
   const int64_t blocks = static_cast<int64_t>(a.num_seqs) * a.HV * (a.dv / 64);
   return blocks >= resident ? 64 : 32;
 }
@@ -561,10 +730,29 @@ void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptio
   check_args(a, opt);
   if (a.num_seqs == 0) return;
   const PoolParams p = pool_params(a, "chunked_prefill_pool");
+  uint8_t* ws = nullptr;
+  int64_t slots = 0;
+  struct AsyncFree {  // a workspace the launcher allocated, freed on the stream however it ends
+    uint8_t* ptr;
+    cudaStream_t stream;
+    ~AsyncFree() {
+      if (ptr) (void)cudaFreeAsync(ptr, stream);
+    }
+  } owned{nullptr, stream};
+  if (chunked_prefill_form(opt) == ChunkedForm::split) {
+    slots = chunk_slots(a.num_seqs, opt.total_tokens);
+    ws = static_cast<uint8_t*>(opt.workspace);
+    if (!ws) {
+      STATECHECK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws),
+                                            chunked_prefill_workspace_bytes(a, opt.total_tokens),
+                                            stream));
+      owned.ptr = ws;
+    }
+  }
   if (chunked_prefill_value_tile(a, opt) == 64)
-    launch_tile<64>(a, p, stream);
+    launch_tile<64>(a, p, ws, slots, stream);
   else
-    launch_tile<32>(a, p, stream);
+    launch_tile<32>(a, p, ws, slots, stream);
   STATECHECK_CUDA_CHECK_LAUNCH("chunked_prefill_pool");
 }
 

@@ -17,11 +17,18 @@
 // roundings of flash-linear-attention's chunk_gated_delta_rule; the results agree with the fp64
 // token loop within the bf16 tolerance tol16 of docs/chunked_prefill.md, not bit for bit.
 //
-// Parallelism: one block of 256 threads per (sequence, value head, tile of value_tile rows of
-// d_v); a block walks its sequence's chunks in order. KDA's intra-chunk products A and Q K^T,
-// whose decays differ per key channel, run on tensor cores through a reference decay per 16-row
-// block when a chunk's decays keep every factor below e^40 (and none is above 0); other chunks sum
-// them elementwise, an exponential per term.
+// Two forms, the same bits (every product on the same operands in the same order):
+//   fused  one block of 256 threads per (sequence, value head, tile of value_tile rows of d_v)
+//          walks its sequence's chunks in order and does all of a chunk's work;
+//   split  a transform pass, one block per (chunk, value head), computes everything that does not
+//          depend on the state (q, k normalised, decays, A, P, (I + A)^-1, -Wk, U0 = Tb V) into a
+//          workspace (chunk_workspace.h), then a state pass, one block per (value tile, value
+//          head, sequence), walks the chunks with only the products that involve the state
+//          (kernels/chunked_delta/state_pass.cuh). Chunks of a sequence no longer wait for each
+//          other's triangular inverse, and the state pass holds two blocks per SM.
+// KDA's intra-chunk products A and Q K^T, whose decays differ per key channel, run on tensor cores
+// through a reference decay per 16-row block when a chunk's decays keep every factor below e^40
+// (and none is above 0); other chunks sum them elementwise, an exponential per term.
 #pragma once
 
 #include <cstdint>
@@ -35,24 +42,45 @@ namespace statecheck::cuda {
 
 constexpr int kChunkedPrefillChunk = 64;  // tokens per chunk
 
+enum class ChunkedForm { automatic, fused, split };
+
 struct ChunkedPrefillOptions {
-  // Rows of d_v per block: 32 or 64 (64 requires d_v % 64 == 0); 0 chooses: 64 when the launch
-  // then has at least as many blocks as are resident on the device at once, else 32 (more blocks
-  // for few long sequences, at the price of recomputing the d_v-independent part per tile).
+  // Rows of d_v per block (the fused kernel, or the split form's state pass): 32 or 64 (64
+  // requires d_v % 64 == 0); 0 chooses: 64 when the launch then has at least as many blocks as
+  // are resident on the device at once, else 32 (more blocks for few long sequences).
   int value_tile = 0;
+  // automatic: split when total_tokens > 0, else fused.
+  ChunkedForm form = ChunkedForm::automatic;
+  // cu_seqlens[num_seqs] as the host knows it (the split form sizes its grid and workspace by
+  // it; a value below the device's gives wrong results, as would a wrong cu_seqlens).
+  int64_t total_tokens = 0;
+  // Split form: a device buffer of at least chunked_prefill_workspace_bytes() bytes, 16-byte
+  // aligned, not used by anything else until the launch completes; null: the launcher takes one
+  // from the stream-ordered allocator (cudaMallocAsync) and frees it after the launch.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
-// Launches the chunked kernel on `stream`. Throws statecheck::Error (before any device work) on
+// Launches the chunked prefill on `stream`. Throws statecheck::Error (before any device work) on
 // the argument errors gated_delta_pool refuses, on d_k != 128 or d_v % 32 != 0 (named), on a
-// value_tile other than 0, 32, 64 or not dividing d_v, or on a launch failure.
+// value_tile other than 0, 32, 64 or not dividing d_v, on the split form without total_tokens or
+// with a workspace smaller than needed or misaligned, or on a launch or allocation failure.
 void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt = {},
                           cudaStream_t stream = nullptr);
 
 // True when the kernel takes launch `a`'s shape: d_k = 128, d_v % 32 == 0, a fp32 or bf16 state.
 bool chunked_prefill_supported(const GatedDeltaPoolArgs& a);
 
+// The form chunked_prefill_pool runs with `opt` (fused or split).
+ChunkedForm chunked_prefill_form(const ChunkedPrefillOptions& opt);
+
 // The value tile chunked_prefill_pool uses for launch `a` on the current device (32 or 64).
 int chunked_prefill_value_tile(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt = {});
+
+// Bytes of the split form's workspace for launch `a` with cu_seqlens[num_seqs] = total_tokens:
+// chunk_slots(num_seqs, total_tokens) x HV x ChunkTile::bytes(d_v) (chunk_workspace.h; about
+// 89 KB per 64 tokens and value head at d_v = 128).
+size_t chunked_prefill_workspace_bytes(const GatedDeltaPoolArgs& a, int64_t total_tokens);
 
 // FLOP model of a launch with the given host cu_seqlens [num_seqs + 1]: per value head and
 // sequence, chunked_delta_flops_per_head (core/recurrence/chunked_delta.h) with chunks of 64,

@@ -63,6 +63,10 @@ class CudaServingBackend : public ServingBackend {
         s.layer.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::init_kda;
     host_in_ = synthetic_inputs(kind, s.layer, seed, 0, static_cast<int>(T_all));
     in_ = upload_layer_inputs(s.layer, host_in_);
+    // The chunked prefill's workspace for the largest launch (parallel sequences, T_all tokens).
+    GatedDeltaPoolArgs widest;
+    widest.num_seqs = s.parallel, widest.HV = s.layer.HV, widest.dv = s.layer.dv;
+    chunk_ws_.resize(chunked_prefill_workspace_bytes(widest, T_all));
     std::vector<int32_t> ids(s.parallel);
     for (int i = 0; i < s.parallel; ++i) ids[i] = i + 1;
     ids_ = to_device(ids);
@@ -387,10 +391,14 @@ class CudaServingBackend : public ServingBackend {
       const GatedDeltaPoolArgs a =
           pool_args(s_.layer, dtype, pool, slots_, in_, 0, static_cast<int>(lens.size()), slot_ids,
                     cu_.data(), nullptr, static_cast<int>(longest));
-      if (chunked_prefill_supported(a))
-        chunked_prefill_pool(a, {}, stream_);
-      else
+      if (chunked_prefill_supported(a)) {
+        ChunkedPrefillOptions opt;
+        opt.total_tokens = cu_host.back();
+        opt.workspace = chunk_ws_.data(), opt.workspace_bytes = chunk_ws_.bytes();
+        chunked_prefill_pool(a, opt, stream_);
+      } else {
         gated_delta_pool(a, stream_);
+      }
     }
   }
 
@@ -421,6 +429,7 @@ class CudaServingBackend : public ServingBackend {
   DeviceBuffer<uint8_t> active_, ck_values_, ck_scales_;
   DeviceBuffer<uint8_t> ws_codes_, ws_scales_;  // the working-state pool
   DeviceBuffer<float> scratch_;                 // fp32 [L, slots, HV, d_v, d_k]: misses' prefill
+  DeviceBuffer<uint8_t> chunk_ws_;              // the chunked prefill's workspace (split form)
   DeviceBuffer<uint16_t> active_conv_, ck_conv_;
   StatePoolView av_, cv_;
   LayerInputs host_in_;

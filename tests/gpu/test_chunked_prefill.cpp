@@ -2,17 +2,21 @@
 // loop and the fp64 chunked reference (core/recurrence/chunked_delta.h) on awkward shapes: T = 63,
 // lengths that are not multiples of the chunk, T = 1, an empty sequence, HV = 3H, d_v not a
 // multiple of the value tile, both value tiles (which must agree bit for bit: every element is
-// the same sums in the same order), fp32 and bf16 pools; NaN-prefilled outputs, guard regions,
-// untouched slots bit-identical, a launch without outputs, and the argument refusals.
+// the same sums in the same order), fp32 and bf16 pools, both forms (fused and split, which must
+// agree bit for bit too); NaN-prefilled outputs, guard regions (the split form's workspace
+// included), untouched slots bit-identical, a launch without outputs, and the argument refusals.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ostream>
 
+#include <fmt/format.h>
+
 #include "core/dtype/bf16.h"
 #include "core/recurrence/chunked_delta.h"
 #include "core/recurrence/gated_delta.h"
+#include "kernels/chunked_delta/chunk_workspace.h"
 #include "kernels/chunked_delta/chunked_prefill.h"
 #include "kernels/gated_delta/gated_delta_pool_reference.h"
 #include "tests/error_of.h"
@@ -23,6 +27,7 @@ using namespace statecheck;
 using namespace statecheck::cuda;
 using statecheck::cuda::testing::DevicePoolBatch;
 using statecheck::cuda::testing::GpuTest;
+using statecheck::cuda::testing::Guarded;
 using statecheck::cuda::testing::make_pool_batch;
 using statecheck::cuda::testing::pool_value;
 using statecheck::test_support::error_of;
@@ -65,13 +70,32 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 using Launch = statecheck::cuda::testing::LaunchResult;
 
-Launch launch(const HostPoolBatch& b, int value_tile, bool with_outputs) {
+// One launch in `form`; the split form gets a workspace of exactly the size it asks for, with a
+// guard after it (and the workspace's own guard joins the result's), or none (the launcher's own).
+Launch launch(const HostPoolBatch& b, int value_tile, bool with_outputs,
+              ChunkedForm form = ChunkedForm::fused, bool own_workspace = true) {
   DevicePoolBatch d(b, kSlots);
   ChunkedPrefillOptions opt;
   opt.value_tile = value_tile;
-  chunked_prefill_pool(d.args(with_outputs), opt);
+  opt.form = form;
+  const GatedDeltaPoolArgs a = d.args(with_outputs);
+  if (form == ChunkedForm::split) opt.total_tokens = b.cu_seqlens.back();
+  const size_t ws_bytes =
+      form == ChunkedForm::split ? chunked_prefill_workspace_bytes(a, opt.total_tokens) : 0;
+  // Filled with bf16 NaN: a state pass that read a tile the transform pass did not write fails.
+  Guarded<uint16_t> ws(std::vector<uint16_t>(own_workspace ? ws_bytes / 2 : 0, 0xFFFF));
+  if (form == ChunkedForm::split && own_workspace)
+    opt.workspace = ws.data(), opt.workspace_bytes = ws_bytes;
+  chunked_prefill_pool(a, opt);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
-  return d.download();
+  Launch r = d.download();
+  r.guards_intact = r.guards_intact && ws.guard_intact();
+  return r;
+}
+
+const ChunkedForm kForms[] = {ChunkedForm::fused, ChunkedForm::split};
+const char* form_name(ChunkedForm f) {
+  return f == ChunkedForm::split ? "split" : "fused";
 }
 
 double rel_frobenius(const std::vector<double>& x, const std::vector<double>& ref) {
@@ -92,60 +116,91 @@ class ChunkedPrefill : public GpuTest, public ::testing::WithParamInterface<Case
 TEST_P(ChunkedPrefill, MatchesFp64LoopAndChunkedReference) {
   const Case c = GetParam();
   const HostPoolBatch before = case_batch(c, 2026);
-  const Launch run = launch(before, 0, true);
-  EXPECT_TRUE(run.guards_intact) << "write past the pool or the outputs";
-  HostPoolBatch got = before;
-  got.pool_fp32 = run.pool32, got.pool_bf16 = run.pool16;
+  for (const ChunkedForm form : kForms) {
+    SCOPED_TRACE(form_name(form));
+    const Launch run = launch(before, 0, true, form);
+    EXPECT_TRUE(run.guards_intact) << "write past the pool, the outputs or the workspace";
+    HostPoolBatch got = before;
+    got.pool_fp32 = run.pool32, got.pool_bf16 = run.pool16;
 
-  const RecurrenceShape shape = pool_batch_shape(before);
-  const size_t head = static_cast<size_t>(c.dv) * 128, slot_elems = head * c.HV;
-  std::vector<int> seq_of_slot(kSlots, -1);
-  for (size_t n = 0; n < before.slot_ids.size(); ++n)
-    seq_of_slot[before.slot_ids[n]] = static_cast<int>(n);
-  for (int slot = 0; slot < kSlots; ++slot) {
-    const size_t base = slot * slot_elems;
-    const int n = seq_of_slot[slot];
-    const int len = n < 0 ? 0 : before.cu_seqlens[n + 1] - before.cu_seqlens[n];
-    if (len == 0) {  // not listed, or a sequence without tokens: bit for bit as before
-      const bool same =
-          c.dtype == Dtype::fp32
-              ? std::memcmp(&got.pool_fp32[base], &before.pool_fp32[base], slot_elems * 4) == 0
-              : std::equal(got.pool_bf16.begin() + base, got.pool_bf16.begin() + base + slot_elems,
-                           before.pool_bf16.begin() + base);
-      EXPECT_TRUE(same) << "slot " << slot << " changed without tokens";
-      continue;
+    const RecurrenceShape shape = pool_batch_shape(before);
+    const size_t head = static_cast<size_t>(c.dv) * 128, slot_elems = head * c.HV;
+    std::vector<int> seq_of_slot(kSlots, -1);
+    for (size_t n = 0; n < before.slot_ids.size(); ++n)
+      seq_of_slot[before.slot_ids[n]] = static_cast<int>(n);
+    for (int slot = 0; slot < kSlots; ++slot) {
+      const size_t base = slot * slot_elems;
+      const int n = seq_of_slot[slot];
+      const int len = n < 0 ? 0 : before.cu_seqlens[n + 1] - before.cu_seqlens[n];
+      if (len == 0) {  // not listed, or a sequence without tokens: bit for bit as before
+        const bool same =
+            c.dtype == Dtype::fp32
+                ? std::memcmp(&got.pool_fp32[base], &before.pool_fp32[base], slot_elems * 4) == 0
+                : std::equal(got.pool_bf16.begin() + base,
+                             got.pool_bf16.begin() + base + slot_elems,
+                             before.pool_bf16.begin() + base);
+        EXPECT_TRUE(same) << "slot " << slot << " changed without tokens";
+        continue;
+      }
+      const LayerInputs in = pool_batch_sequence_inputs(before, n);
+      std::vector<double> S0(slot_elems), S_loop, S_chunk, S_gpu(slot_elems);
+      for (size_t e = 0; e < slot_elems; ++e) {
+        S0[e] = pool_value(before, base + e);
+        S_gpu[e] = pool_value(got, base + e);
+        ASSERT_TRUE(std::isfinite(S_gpu[e])) << "slot " << slot << " element " << e;
+      }
+      S_loop = S0, S_chunk = S0;
+      const size_t outs = static_cast<size_t>(len) * c.HV * c.dv;
+      std::vector<double> o_loop(outs), o_chunk(outs), o_gpu(outs);
+      gated_delta_layer_fp64(shape, in, 0, len, S_loop.data(), o_loop.data());
+      gated_delta_layer_chunked_fp64(shape, in, 0, len, kChunkedPrefillChunk, S_chunk.data(),
+                                     o_chunk.data());
+      const size_t o0 = static_cast<size_t>(before.cu_seqlens[n]) * c.HV * c.dv;
+      for (size_t e = 0; e < outs; ++e) {
+        o_gpu[e] = float_from_bf16_bits(run.o[o0 + e]);
+        ASSERT_TRUE(std::isfinite(o_gpu[e]))
+            << "sequence " << n << " output " << e << " not written";
+      }
+      // The two fp64 forms agree to rounding, so a failure below is the kernel's.
+      ASSERT_LT(rel_frobenius(S_chunk, S_loop), 1e-12);
+      ASSERT_LT(rel_frobenius(o_chunk, o_loop), 1e-12);
+      // The state moved well beyond the tolerance, so the state check can fail.
+      ASSERT_GT(rel_frobenius(S0, S_loop), 4 * kTol16) << "sequence " << n;
+      const double err_state = rel_frobenius(S_gpu, S_loop), err_o = rel_frobenius(o_gpu, o_loop);
+      EXPECT_LE(err_state, kTol16) << "sequence " << n << " final state";
+      EXPECT_LE(err_o, kTol16) << "sequence " << n << " outputs";
+      std::printf("  %s %s sequence %d (%d tokens): final state %.3g, outputs %.3g of tol16 %.3g\n",
+                  c.name, form_name(form), n, len, err_state, err_o, kTol16);
     }
-    const LayerInputs in = pool_batch_sequence_inputs(before, n);
-    std::vector<double> S0(slot_elems), S_loop, S_chunk, S_gpu(slot_elems);
-    for (size_t e = 0; e < slot_elems; ++e) {
-      S0[e] = pool_value(before, base + e);
-      S_gpu[e] = pool_value(got, base + e);
-      ASSERT_TRUE(std::isfinite(S_gpu[e])) << "slot " << slot << " element " << e;
-    }
-    S_loop = S0, S_chunk = S0;
-    const size_t outs = static_cast<size_t>(len) * c.HV * c.dv;
-    std::vector<double> o_loop(outs), o_chunk(outs), o_gpu(outs);
-    gated_delta_layer_fp64(shape, in, 0, len, S_loop.data(), o_loop.data());
-    gated_delta_layer_chunked_fp64(shape, in, 0, len, kChunkedPrefillChunk, S_chunk.data(),
-                                   o_chunk.data());
-    const size_t o0 = static_cast<size_t>(before.cu_seqlens[n]) * c.HV * c.dv;
-    for (size_t e = 0; e < outs; ++e) {
-      o_gpu[e] = float_from_bf16_bits(run.o[o0 + e]);
-      ASSERT_TRUE(std::isfinite(o_gpu[e])) << "sequence " << n << " output " << e << " not written";
-    }
-    // The two fp64 forms agree to rounding, so a failure below is the kernel's.
-    ASSERT_LT(rel_frobenius(S_chunk, S_loop), 1e-12);
-    ASSERT_LT(rel_frobenius(o_chunk, o_loop), 1e-12);
-    // The state moved well beyond the tolerance, so the state check can fail.
-    ASSERT_GT(rel_frobenius(S0, S_loop), 4 * kTol16) << "sequence " << n;
-    const double err_state = rel_frobenius(S_gpu, S_loop), err_o = rel_frobenius(o_gpu, o_loop);
-    EXPECT_LE(err_state, kTol16) << "sequence " << n << " final state";
-    EXPECT_LE(err_o, kTol16) << "sequence " << n << " outputs";
-    std::printf("  %s sequence %d (%d tokens): final state %.3g, outputs %.3g of tol16 %.3g\n",
-                c.name, n, len, err_state, err_o, kTol16);
+    // Outputs exist for the batch's tokens only; the buffer has no slack, so every entry is
+    // checked.
+    EXPECT_EQ(run.o.size(), static_cast<size_t>(before.cu_seqlens.back()) * c.HV * c.dv);
   }
-  // Outputs exist for the batch's tokens only; the buffer has no slack, so every entry is checked.
-  EXPECT_EQ(run.o.size(), static_cast<size_t>(before.cu_seqlens.back()) * c.HV * c.dv);
+}
+
+TEST_P(ChunkedPrefill, SplitFormEqualsFusedFormBitForBit) {
+  const Case c = GetParam();
+  const HostPoolBatch b = case_batch(c, 91);
+  const Launch fused = launch(b, 32, true);
+  for (const int tile : {32, 64}) {
+    if (c.dv % tile != 0) continue;
+    SCOPED_TRACE(tile);
+    const Launch split = launch(b, tile, true, ChunkedForm::split);
+    EXPECT_TRUE(split.guards_intact) << "write past the pool, the outputs or the workspace";
+    EXPECT_EQ(0, std::memcmp(fused.pool32.data(), split.pool32.data(), fused.pool32.size() * 4));
+    EXPECT_EQ(fused.pool16, split.pool16);
+    EXPECT_EQ(fused.o, split.o);
+  }
+  // The launcher's own workspace (stream-ordered allocation) and a launch without outputs.
+  const Launch own = launch(b, 0, true, ChunkedForm::split, false);
+  EXPECT_EQ(fused.pool32, own.pool32);
+  EXPECT_EQ(fused.pool16, own.pool16);
+  EXPECT_EQ(fused.o, own.o);
+  const Launch bare = launch(b, 0, false, ChunkedForm::split);
+  EXPECT_EQ(fused.pool32, bare.pool32);
+  EXPECT_EQ(fused.pool16, bare.pool16);
+  EXPECT_TRUE(std::all_of(bare.o.begin(), bare.o.end(), [](uint16_t x) { return x == 0xFFFF; }))
+      << "outputs written although o is null";
 }
 
 TEST_P(ChunkedPrefill, ValueTilesAgreeBitForBitAndOutputsAreOptional) {
@@ -226,6 +281,25 @@ TEST(ChunkedPrefillArgs, RefusesShapesItDoesNotRun) {
   EXPECT_NE(error_of([&] { chunked_prefill_pool(a); }).find("num_seqs = -1"), std::string::npos);
   a = refusal_args();  // valid shape, no pointers
   EXPECT_NE(error_of([&] { chunked_prefill_pool(a); }).find("state_pool is null"),
+            std::string::npos);
+  opt = {}, opt.form = ChunkedForm::split;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a, opt); }).find("needs total_tokens"),
+            std::string::npos);
+  opt.total_tokens = -5;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a, opt); }).find("total_tokens = -5"),
+            std::string::npos);
+  // One sequence of 100 tokens: 100 / 64 + 1 + 1 = 3 slots of 4 heads.
+  opt.total_tokens = 100;
+  const size_t need = chunked_prefill_workspace_bytes(a, 100);
+  EXPECT_EQ(need, 3u * 4u * ChunkTile::bytes(128));
+  alignas(16) static char dummy[32];
+  opt.workspace = dummy, opt.workspace_bytes = need - 1;
+  EXPECT_NE(error_of([&] {
+              chunked_prefill_pool(a, opt);
+            }).find(fmt::format("workspace_bytes = {} (the split form needs {})", need - 1, need)),
+            std::string::npos);
+  opt.workspace = dummy + 1, opt.workspace_bytes = need;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a, opt); }).find("not 16-byte aligned"),
             std::string::npos);
 }
 
