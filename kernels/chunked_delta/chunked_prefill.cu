@@ -13,6 +13,9 @@
 //   6. O += P U (rows < n written as bf16); S = S e^Gn + U^T Kd
 // Padding rows (r >= n) have zero q, k, v and beta, so they contribute nothing. GDN copies the next
 // chunk's raw q, k and v rows into shared memory (cp.async) while step 6 runs.
+// The same kernel with Form::transform is the split form's first pass (chunked_prefill.h): one
+// chunk per block, steps 1-3 and the state-independent half of step 4 (-Wk, U0 = Tb V over all of
+// d_v), written to the workspace (chunk_workspace.h); state_pass.cuh does the rest.
 #include "kernels/chunked_delta/chunked_prefill.h"
 
 #include <algorithm>
@@ -473,8 +476,32 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
     }
     __syncthreads();
 
+    // Transform: the value tiles of step 4 go to two buffers, P's place and A's, by cp.async: tile
+    // t into buffer t % 2, issued as soon as the buffer is free (the first once P is written out,
+    // the second once the inverse is done with A, a later one once the tile two before is used).
+    __nv_bfloat16* const vbuf[2] = {sv, reinterpret_cast<__nv_bfloat16*>(smem + L::r1)};
+    const int vtiles = (p.dv + 63) / 64;
+    auto issue_value_tile = [&](int t) {
+      const int vt = t * 64, segs = min(64, p.dv - vt) / 8;
+      for (int idx = tid; idx < kC * segs; idx += kThreads) {
+        const int row = idx / segs, seg = idx % segs;
+        const size_t off =
+            row < n ? (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + vt + seg * 8 : 0;
+        copy_async16(vbuf[t % 2] + row * kLdV + seg * 8, p.v + off, row < n);
+      }
+    };
+    if constexpr (kX) {  // P to the workspace; its place takes value tile 0 after the next barrier
+      for (int i = tid; i < kC * kC / 8; i += kThreads)
+        *reinterpret_cast<uint4*>(tile + ChunkTile::p + i * 16) =
+            *reinterpret_cast<const uint4*>(sp + (i >> 3) * kLdC + (i & 7) * 8);
+    }
+
     // 3. T = (I + A)^-1, Tb = T diag(beta); KDA: q becomes Qg = q e^G in place.
-    invert_unit_lower<kLdF>(sa, st, warp, lane);
+    invert_unit_lower<kLdF>(sa, st, warp, lane, [&] {
+      if constexpr (kX) issue_value_tile(0);
+    });
+    if constexpr (kX)
+      if (vtiles > 1) issue_value_tile(1);
     for (int idx = tid; idx < kC * kC / 2; idx += kThreads) {
       const int r = idx / (kC / 2), s = (idx % (kC / 2)) * 2;
       const float x0 = s < r ? st[r * kLdF + s] : (s == r ? 1.0f : 0.0f);
@@ -497,10 +524,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
           *reinterpret_cast<uint4*>(sq + row * kLdK + seg * 8) = float8_to_bf16x8(qf);
       }
     }
-    if constexpr (kX) {  // P, e^G and e^Gn to the workspace (P's place then takes the values)
-      for (int i = tid; i < kC * kC / 8; i += kThreads)
-        *reinterpret_cast<uint4*>(tile + ChunkTile::p + i * 16) =
-            *reinterpret_cast<const uint4*>(sp + (i >> 3) * kLdC + (i & 7) * 8);
+    if constexpr (kX) {  // e^G and e^Gn to the workspace
       float* w_eg = reinterpret_cast<float*>(tile + ChunkTile::eg);
       float* w_ds = reinterpret_cast<float*>(tile + ChunkTile::ds);
       if (tid < kC) w_eg[tid] = KDA ? 0.0f : expf(sG[tid]);
@@ -514,22 +538,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
       store_tile_bf16(accW, reinterpret_cast<__nv_bfloat16*>(tile + ChunkTile::wk), kDk, rm,
                       ch * 64, lane, [](int) { return -1.0f; });
       float* w_u0 = reinterpret_cast<float*>(tile + ChunkTile::u0);
-      for (int vt = 0; vt < p.dv; vt += 64) {
-        const int width = min(64, p.dv - vt), segs = width / 8;
-        if (vt > 0) __syncthreads();  // the previous tile's products are done with sv
-        for (int idx = tid; idx < kC * segs; idx += kThreads) {
-          const int row = idx / segs, seg = idx % segs;
-          *reinterpret_cast<uint4*>(sv + row * kLdV + seg * 8) =
-              row < n ? *reinterpret_cast<const uint4*>(
-                            p.v + (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + vt + seg * 8)
-                      : make_uint4(0, 0, 0, 0);
-        }
-        __syncthreads();
+      for (int t = 0; t < vtiles; ++t) {
+        const int vt = t * 64, width = min(64, p.dv - vt);
+        wait_async_copies();
+        __syncthreads();  // tile t is in
         auto tb_v = [&](auto nt_tag) {
           constexpr int NT = decltype(nt_tag)::value;
           float accU[NT][4] = {};
           const int un0 = ch * NT * 8;
-          warp_mma<NT, kC, false, true>(accU, stb, kLdC, rm, sv, kLdV, un0, lane);
+          warp_mma<NT, kC, false, true>(accU, stb, kLdC, rm, vbuf[t % 2], kLdV, un0, lane);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const int col = vt + un0 + nt * 8 + 2 * t4;
@@ -543,6 +560,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
           tb_v(std::integral_constant<int, 4>{});
         else
           tb_v(std::integral_constant<int, 2>{});
+        if (t + 2 < vtiles) {
+          __syncthreads();  // every warp is done with tile t's buffer
+          issue_value_tile(t + 2);
+        }
       }
       break;  // one chunk per block
     }

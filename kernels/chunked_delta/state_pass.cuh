@@ -67,34 +67,46 @@ __global__ void __launch_bounds__(256, 2)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g8 = lane >> 2, t4 = lane & 3;
   const size_t tile_bytes = ChunkTile::bytes(p.dv);
+  // The workspace tile of the chunk at c0 (its slot: chunk_workspace.h).
+  const uint8_t* const tile0 = ws + (chunk_slot(seq, t_begin, 0) * p.HV + h) * tile_bytes;
   auto tile_of = [&](int c0) {
-    return ws + (chunk_slot(seq, t_begin, (c0 - t_begin) / kC) * p.HV + h) * tile_bytes;
+    return tile0 + static_cast<size_t>((c0 - t_begin) / kC) * p.HV * tile_bytes;
   };
   // Phase A's operands of the chunk at c0: Qx, -Wk (1024 16-byte units each), U0's value tile
-  // (64 rows of BV / 4 units), e^G (16 units).
+  // (64 rows of BV / 4 units), e^G (16 units). Unit i = tid + 256 j of a [64][128] bf16 tile is
+  // row i / 16, column 8 (i % 16); the loops are unrolled so each address is a constant offset.
+  const int row0 = tid >> 4, unit0 = tid & 15;
+  constexpr int kUnitsU0 = BV / 4, kRowsU0 = 256 / kUnitsU0;  // U0 rows per pass of the block
+  const int u0_row = tid / kUnitsU0, u0_unit = tid % kUnitsU0;
   auto issue_phase_a = [&](int c0) {
     const uint8_t* t = tile_of(c0);
-    for (int i = tid; i < 1024; i += 256) {
-      const int row = i >> 4, unit = i & 15;
-      copy_async16(sqx + row * kLdK + unit * 8, t + ChunkTile::qx + i * 16, true);
-      copy_async16(swk + row * kLdK + unit * 8, t + ChunkTile::wk + i * 16, true);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = tid + 256 * j, srow = (row0 + 16 * j) * kLdK + unit0 * 8;
+      copy_async16(sqx + srow, t + ChunkTile::qx + i * 16, true);
+      copy_async16(swk + srow, t + ChunkTile::wk + i * 16, true);
     }
-    constexpr int kUnitsU0 = BV / 4;
-    for (int i = tid; i < 64 * kUnitsU0; i += 256) {
-      const int row = i / kUnitsU0, unit = i % kUnitsU0;
-      copy_async16(su0 + row * L::kLdU0 + unit * 4,
-                   t + ChunkTile::u0 + (static_cast<size_t>(row) * p.dv + v0 + unit * 4) * 4, true);
+#pragma unroll
+    for (int j = 0; j < 64 / kRowsU0; ++j) {
+      const int row = u0_row + kRowsU0 * j;
+      copy_async16(su0 + row * L::kLdU0 + u0_unit * 4,
+                   t + ChunkTile::u0 + (static_cast<size_t>(row) * p.dv + v0 + u0_unit * 4) * 4,
+                   true);
     }
     if (tid < 16) copy_async16(seg + tid * 4, t + ChunkTile::eg + tid * 16, true);
   };
-  // Phase B's: P (512 units), Kd (1024), e^Gn (32).
+  // Phase B's: Kd (1024 units), P (512), e^Gn (32).
   auto issue_phase_b = [&](int c0) {
     const uint8_t* t = tile_of(c0);
-    for (int i = tid; i < 1024; i += 256) {
-      const int row = i >> 4, unit = i & 15;
-      copy_async16(skd + row * kLdK + unit * 8, t + ChunkTile::kd + i * 16, true);
-      if (i < 512)
-        copy_async16(sp + (i >> 3) * kLdC + (i & 7) * 8, t + ChunkTile::p + i * 16, true);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = tid + 256 * j;
+      copy_async16(skd + (row0 + 16 * j) * kLdK + unit0 * 8, t + ChunkTile::kd + i * 16, true);
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int i = tid + 256 * j;
+      copy_async16(sp + (i >> 3) * kLdC + (i & 7) * 8, t + ChunkTile::p + i * 16, true);
     }
     if (tid < 32) copy_async16(sds + tid * 4, t + ChunkTile::ds + tid * 16, true);
   };

@@ -17,9 +17,12 @@ namespace {
 // Diagonal blocks by forward substitution in fp32 (warp w < 4: block w, lane l < 16: column l).
 // Then block row i = 1, 2, 3 after one another, T_i,0..i-1 = -T_ii (A_i,0..i-1 T_0..i-1,0..i-1), on
 // tensor cores with tf32 operands (warp w < 2 i: the 8 columns 8 w ..; rows of T above a column's
-// diagonal are zero, so its product starts there). Ends with a barrier.
-template <int LD>
-__device__ void invert_unit_lower(const float* A, float* T, int warp, int lane) {
+// diagonal are zero, so its product starts there). Every thread calls after_diagonal() after the
+// barrier that ends the diagonal blocks (work that needs the block's earlier writes to shared
+// memory done and touches neither A nor T). Ends with a barrier.
+template <int LD, typename AfterDiagonal>
+__device__ void invert_unit_lower(const float* A, float* T, int warp, int lane,
+                                  AfterDiagonal after_diagonal) {
   if (warp < 4 && lane < 16) {
     const int b = warp * 16;
     float x[16];
@@ -34,6 +37,7 @@ __device__ void invert_unit_lower(const float* A, float* T, int warp, int lane) 
     for (int r = 0; r < 16; ++r) T[(b + r) * LD + b + lane] = x[r];
   }
   __syncthreads();
+  after_diagonal();
   const int g = lane >> 2, t = lane & 3;
   for (int i = 1; i < 4; ++i) {
     const int r0 = 16 * i, n0 = warp * 8;

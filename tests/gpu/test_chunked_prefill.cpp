@@ -72,13 +72,16 @@ using Launch = statecheck::cuda::testing::LaunchResult;
 
 // One launch in `form`; the split form gets a workspace of exactly the size it asks for, with a
 // guard after it (and the workspace's own guard joins the result's), or none (the launcher's own).
+// skip_first: the launch covers every sequence but the first, so its cu_seqlens starts past 0.
 Launch launch(const HostPoolBatch& b, int value_tile, bool with_outputs,
-              ChunkedForm form = ChunkedForm::fused, bool own_workspace = true) {
+              ChunkedForm form = ChunkedForm::fused, bool own_workspace = true,
+              bool skip_first = false) {
   DevicePoolBatch d(b, kSlots);
   ChunkedPrefillOptions opt;
   opt.value_tile = value_tile;
   opt.form = form;
-  const GatedDeltaPoolArgs a = d.args(with_outputs);
+  GatedDeltaPoolArgs a = d.args(with_outputs);
+  if (skip_first) a.num_seqs -= 1, a.cu_seqlens += 1, a.slot_ids += 1;
   if (form == ChunkedForm::split) opt.total_tokens = b.cu_seqlens.back();
   const size_t ws_bytes =
       form == ChunkedForm::split ? chunked_prefill_workspace_bytes(a, opt.total_tokens) : 0;
@@ -201,6 +204,15 @@ TEST_P(ChunkedPrefill, SplitFormEqualsFusedFormBitForBit) {
   EXPECT_EQ(fused.pool16, bare.pool16);
   EXPECT_TRUE(std::all_of(bare.o.begin(), bare.o.end(), [](uint16_t x) { return x == 0xFFFF; }))
       << "outputs written although o is null";
+  // A launch whose first token is not 0 (its workspace slots start past 0).
+  if (b.slot_ids.size() < 2 || b.cu_seqlens[1] == 0) return;
+  const Launch fused_tail = launch(b, 0, true, ChunkedForm::fused, true, true);
+  const Launch split_tail = launch(b, 0, true, ChunkedForm::split, true, true);
+  EXPECT_TRUE(split_tail.guards_intact);
+  EXPECT_EQ(fused_tail.pool32, split_tail.pool32);
+  EXPECT_EQ(fused_tail.pool16, split_tail.pool16);
+  EXPECT_EQ(fused_tail.o, split_tail.o);
+  EXPECT_NE(fused_tail.o, fused.o) << "the first sequence's outputs were written anyway";
 }
 
 TEST_P(ChunkedPrefill, ValueTilesAgreeBitForBitAndOutputsAreOptional) {
