@@ -482,13 +482,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
     __nv_bfloat16* const vbuf[2] = {sv, reinterpret_cast<__nv_bfloat16*>(smem + L::r1)};
     const int vtiles = (p.dv + 63) / 64;
     auto issue_value_tile = [&](int t) {
-      const int vt = t * 64, segs = min(64, p.dv - vt) / 8;
-      for (int idx = tid; idx < kC * segs; idx += kThreads) {
-        const int row = idx / segs, seg = idx % segs;
-        const size_t off =
-            row < n ? (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + vt + seg * 8 : 0;
-        copy_async16(vbuf[t % 2] + row * kLdV + seg * 8, p.v + off, row < n);
-      }
+      const int vt = t * 64;
+      auto rows = [&](auto segs_tag) {  // 64 rows of `segs` 16-byte units, unrolled
+        constexpr int kSegs = decltype(segs_tag)::value, kRows = kThreads / kSegs;
+        const int row0 = tid / kSegs, seg = tid % kSegs;
+#pragma unroll
+        for (int j = 0; j < kC / kRows; ++j) {
+          const int row = row0 + kRows * j;
+          const size_t off =
+              row < n ? (static_cast<size_t>(c0 + row) * p.HV + h) * p.dv + vt + seg * 8 : 0;
+          copy_async16(vbuf[t % 2] + row * kLdV + seg * 8, p.v + off, row < n);
+        }
+      };
+      if (p.dv - vt >= 64)
+        rows(std::integral_constant<int, 8>{});
+      else
+        rows(std::integral_constant<int, 4>{});
     };
     if constexpr (kX) {  // P to the workspace; its place takes value tile 0 after the next barrier
       for (int i = tid; i < kC * kC / 8; i += kThreads)
