@@ -29,6 +29,7 @@
 #include "core/recurrence/chunked_delta.h"
 #include "kernels/chunked_delta/chunk_workspace.h"
 #include "kernels/chunked_delta/state_pass.cuh"
+#include "kernels/chunked_delta/state_tile.cuh"
 #include "kernels/chunked_delta/unit_lower_inverse.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/device.h"
@@ -174,12 +175,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
   if constexpr (!kX) {
     state = static_cast<StateT*>(p.pool) +
             ((static_cast<size_t>(p.slot_ids[seq]) * p.HV + h) * p.dv + v0) * kDk;
-#pragma unroll
-    for (int n = 0; n < kNTS; ++n) {
-      const int col = sn0 + n * 8 + 2 * t4;
-      load_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
-      load_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
-    }
+    load_state_tile(accS, state, sm, sn0, lane);
     store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
   }
 
@@ -605,19 +601,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
     if constexpr (!KDA)
       if (c0 + kC < t_end) prefetch_gdn_chunk(c0 + kC);
     warp_mma<kNTU, kC, false, true>(accO, sp, kLdC, rm, su, kLdV, un0, lane);
-    if (p.o) {
-#pragma unroll
-      for (int nt = 0; nt < kNTU; ++nt) {
-        const int col = v0 + un0 + nt * 8 + 2 * t4;
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = rm + g8 + hr * 8;
-          if (r < n)
-            *reinterpret_cast<uint32_t*>(p.o + (static_cast<size_t>(c0 + r) * p.HV + h) * p.dv +
-                                         col) = pack_bf16x2(accO[nt][2 * hr], accO[nt][2 * hr + 1]);
-        }
-      }
-    }
+    if (p.o) store_output_rows(accO, p, c0, n, h, rm, v0 + un0, lane);
 #pragma unroll
     for (int nt = 0; nt < kNTS; ++nt) {
       float d0, d1;
@@ -634,12 +618,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<KDA, F>)
   }
 
   if constexpr (!kX) {
-#pragma unroll
-    for (int n = 0; n < kNTS; ++n) {
-      const int col = sn0 + n * 8 + 2 * t4;
-      store_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
-      store_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
-    }
+    store_state_tile(accS, state, sm, sn0, lane);
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "kernels/chunked_delta/chunk_workspace.h"
 #include "kernels/chunked_delta/chunked_prefill.h"
+#include "kernels/chunked_delta/state_tile.cuh"
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/mma_sync.cuh"
 #include "kernels/common/vector_io.cuh"
@@ -119,12 +120,7 @@ __global__ void __launch_bounds__(256, 2)
   constexpr int kSRowBlocks = BV / 16, kNTS = 2 * kSRowBlocks;
   const int sm = (warp % kSRowBlocks) * 16, sn0 = (warp / kSRowBlocks) * kNTS * 8;
   float accS[kNTS][4];
-#pragma unroll
-  for (int n = 0; n < kNTS; ++n) {
-    const int col = sn0 + n * 8 + 2 * t4;
-    load_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
-    load_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
-  }
+  load_state_tile(accS, state, sm, sn0, lane);
   store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
 
   // Token-row tiles [64, BV]: rows rm .. rm + 15, columns un0 .. un0 + BV / 2.
@@ -162,19 +158,7 @@ __global__ void __launch_bounds__(256, 2)
 
     // Phase B: O += P U; S = S e^Gn + U^T Kd.
     warp_mma<kNTU, kC, false, true>(accO, sp, kLdC, rm, su, L::kLdU, un0, lane);
-    if (p.o) {
-#pragma unroll
-      for (int nt = 0; nt < kNTU; ++nt) {
-        const int col = v0 + un0 + nt * 8 + 2 * t4;
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = rm + g8 + hr * 8;
-          if (r < n)
-            *reinterpret_cast<uint32_t*>(p.o + (static_cast<size_t>(c0 + r) * p.HV + h) * p.dv +
-                                         col) = pack_bf16x2(accO[nt][2 * hr], accO[nt][2 * hr + 1]);
-        }
-      }
-    }
+    if (p.o) store_output_rows(accO, p, c0, n, h, rm, v0 + un0, lane);
 #pragma unroll
     for (int nt = 0; nt < kNTS; ++nt) {
       const int col = sn0 + nt * 8 + 2 * t4;
@@ -185,12 +169,7 @@ __global__ void __launch_bounds__(256, 2)
     store_tile_bf16(accS, ss, kLdK, sm, sn0, lane, [](int) { return 1.0f; });
   }
 
-#pragma unroll
-  for (int n = 0; n < kNTS; ++n) {
-    const int col = sn0 + n * 8 + 2 * t4;
-    store_vec<2>(state + (sm + g8) * kDk + col, &accS[n][0]);
-    store_vec<2>(state + (sm + g8 + 8) * kDk + col, &accS[n][2]);
-  }
+  store_state_tile(accS, state, sm, sn0, lane);
 }
 
 }  // namespace
