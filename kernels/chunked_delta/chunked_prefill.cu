@@ -689,7 +689,7 @@ void check_args(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
     fail("chunked_prefill_pool: total_tokens = {} is negative", opt.total_tokens);
   if (opt.form == ChunkedForm::split && opt.total_tokens == 0 && a.num_seqs > 0)
     fail("chunked_prefill_pool: the split form needs total_tokens (cu_seqlens[num_seqs])");
-  if (chunked_prefill_form(opt) == ChunkedForm::split && opt.workspace) {
+  if (chunked_prefill_form(a, opt) == ChunkedForm::split && opt.workspace) {
     const size_t need = chunked_prefill_workspace_bytes(a, opt.total_tokens);
     if (opt.workspace_bytes < need)
       fail("chunked_prefill_pool: workspace_bytes = {} (the split form needs {})",
@@ -706,9 +706,10 @@ bool chunked_prefill_supported(const GatedDeltaPoolArgs& a) {
          (a.state_dtype == Dtype::fp32 || a.state_dtype == Dtype::bf16);
 }
 
-ChunkedForm chunked_prefill_form(const ChunkedPrefillOptions& opt) {
+ChunkedForm chunked_prefill_form(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
   if (opt.form != ChunkedForm::automatic) return opt.form;
-  return opt.total_tokens > 0 ? ChunkedForm::split : ChunkedForm::fused;
+  const bool one_chunk_each = a.max_seq_len > 0 && a.max_seq_len <= kC;
+  return opt.total_tokens > 0 && !one_chunk_each ? ChunkedForm::split : ChunkedForm::fused;
 }
 
 size_t chunked_prefill_workspace_bytes(const GatedDeltaPoolArgs& a, int64_t total_tokens) {
@@ -720,7 +721,7 @@ int chunked_prefill_value_tile(const GatedDeltaPoolArgs& a, const ChunkedPrefill
   if (a.dv % 64 != 0) return 32;
   const bool kda = a.gate == GateKind::kda;
   int resident = 0;
-  if (chunked_prefill_form(opt) == ChunkedForm::split)
+  if (chunked_prefill_form(a, opt) == ChunkedForm::split)
     resident = resident_blocks(
         kda ? reinterpret_cast<const void*>(chunked_state_pass_kernel<64, true, float>)
             : reinterpret_cast<const void*>(chunked_state_pass_kernel<64, false, float>),
@@ -748,7 +749,7 @@ void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptio
       if (ptr) (void)cudaFreeAsync(ptr, stream);
     }
   } owned{nullptr, stream};
-  if (chunked_prefill_form(opt) == ChunkedForm::split) {
+  if (chunked_prefill_form(a, opt) == ChunkedForm::split) {
     slots = chunk_slots(a.num_seqs, opt.total_tokens);
     ws = static_cast<uint8_t*>(opt.workspace);
     if (!ws) {

@@ -49,7 +49,9 @@ struct ChunkedPrefillOptions {
   // requires d_v % 64 == 0); 0 chooses: 64 when the launch then has at least as many blocks as
   // are resident on the device at once, else 32 (more blocks for few long sequences).
   int value_tile = 0;
-  // automatic: split when total_tokens > 0, else fused.
+  // automatic: split when total_tokens > 0, unless the launch's max_seq_len hint says that no
+  // sequence has more than one chunk (64 tokens: nothing for the split to run in parallel, and a
+  // second launch and the workspace's round trip to pay); else fused.
   ChunkedForm form = ChunkedForm::automatic;
   // cu_seqlens[num_seqs] as the host knows it (the split form sizes its grid and workspace by
   // it; a value below the device's gives wrong results, as would a wrong cu_seqlens).
@@ -71,8 +73,8 @@ void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptio
 // True when the kernel takes launch `a`'s shape: d_k = 128, d_v % 32 == 0, a fp32 or bf16 state.
 bool chunked_prefill_supported(const GatedDeltaPoolArgs& a);
 
-// The form chunked_prefill_pool runs with `opt` (fused or split).
-ChunkedForm chunked_prefill_form(const ChunkedPrefillOptions& opt);
+// The form chunked_prefill_pool runs launch `a` in with `opt` (fused or split).
+ChunkedForm chunked_prefill_form(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt);
 
 // The value tile chunked_prefill_pool uses for launch `a` on the current device (32 or 64).
 int chunked_prefill_value_tile(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt = {});

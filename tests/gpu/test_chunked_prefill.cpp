@@ -315,6 +315,22 @@ TEST(ChunkedPrefillArgs, RefusesShapesItDoesNotRun) {
             std::string::npos);
 }
 
+TEST(ChunkedPrefillArgs, AutomaticFormIsSplitWhenTheHostKnowsTheTokensAndAChunkCanWait) {
+  GatedDeltaPoolArgs a = refusal_args();
+  ChunkedPrefillOptions opt;
+  EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::fused);  // no total_tokens
+  opt.total_tokens = 500;
+  EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::split);  // lengths unknown
+  a.max_seq_len = 64;                                           // one chunk per sequence at most
+  EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::fused);
+  a.max_seq_len = 65;
+  EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::split);
+  opt.form = ChunkedForm::fused;
+  EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::fused);
+  a.max_seq_len = 1, opt.form = ChunkedForm::split;
+  EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::split);
+}
+
 TEST(ChunkedPrefillArgs, SupportedShapesAreTheOnesTheChecksLetThrough) {
   GatedDeltaPoolArgs a = refusal_args();
   EXPECT_TRUE(chunked_prefill_supported(a));
