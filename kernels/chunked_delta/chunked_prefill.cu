@@ -689,6 +689,9 @@ void check_args(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
     fail("chunked_prefill_pool: total_tokens = {} is negative", opt.total_tokens);
   if (opt.form == ChunkedForm::split && opt.total_tokens == 0 && a.num_seqs > 0)
     fail("chunked_prefill_pool: the split form needs total_tokens (cu_seqlens[num_seqs])");
+  if (opt.form == ChunkedForm::split && a.num_seqs > kChunkedSplitMaxSeqs)
+    fail("chunked_prefill_pool: the split form takes at most {} sequences (num_seqs = {})",
+         kChunkedSplitMaxSeqs, a.num_seqs);
   if (chunked_prefill_form(a, opt) == ChunkedForm::split && opt.workspace) {
     const size_t need = chunked_prefill_workspace_bytes(a, opt.total_tokens);
     if (opt.workspace_bytes < need)
@@ -709,7 +712,9 @@ bool chunked_prefill_supported(const GatedDeltaPoolArgs& a) {
 ChunkedForm chunked_prefill_form(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt) {
   if (opt.form != ChunkedForm::automatic) return opt.form;
   const bool one_chunk_each = a.max_seq_len > 0 && a.max_seq_len <= kC;
-  return opt.total_tokens > 0 && !one_chunk_each ? ChunkedForm::split : ChunkedForm::fused;
+  return opt.total_tokens > 0 && !one_chunk_each && a.num_seqs <= kChunkedSplitMaxSeqs
+             ? ChunkedForm::split
+             : ChunkedForm::fused;
 }
 
 size_t chunked_prefill_workspace_bytes(const GatedDeltaPoolArgs& a, int64_t total_tokens) {
@@ -753,13 +758,21 @@ void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptio
     slots = chunk_slots(a.num_seqs, opt.total_tokens);
     ws = static_cast<uint8_t*>(opt.workspace);
     if (!ws) {
-      STATECHECK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws),
-                                            chunked_prefill_workspace_bytes(a, opt.total_tokens),
-                                            stream));
-      owned.ptr = ws;
+      const cudaError_t e =
+          cudaMallocAsync(reinterpret_cast<void**>(&ws),
+                          chunked_prefill_workspace_bytes(a, opt.total_tokens), stream);
+      if (e == cudaErrorMemoryAllocation && opt.form == ChunkedForm::automatic) {
+        (void)cudaGetLastError();  // no room for the workspace: the fused form needs none
+        ws = nullptr;
+      } else {
+        STATECHECK_CUDA_CHECK(e);
+        owned.ptr = ws;
+      }
     }
   }
-  if (chunked_prefill_value_tile(a, opt) == 64)
+  ChunkedPrefillOptions chosen = opt;  // the form that runs: split exactly when ws is set
+  chosen.form = ws ? ChunkedForm::split : ChunkedForm::fused;
+  if (chunked_prefill_value_tile(a, chosen) == 64)
     launch_tile<64>(a, p, ws, slots, stream);
   else
     launch_tile<32>(a, p, ws, slots, stream);

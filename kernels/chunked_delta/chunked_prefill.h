@@ -41,6 +41,8 @@
 namespace statecheck::cuda {
 
 constexpr int kChunkedPrefillChunk = 64;  // tokens per chunk
+// The most sequences the split form's state pass takes in one launch (its grid's z dimension).
+constexpr int kChunkedSplitMaxSeqs = 65535;
 
 enum class ChunkedForm { automatic, fused, split };
 
@@ -49,24 +51,28 @@ struct ChunkedPrefillOptions {
   // requires d_v % 64 == 0); 0 chooses: 64 when the launch then has at least as many blocks as
   // are resident on the device at once, else 32 (more blocks for few long sequences).
   int value_tile = 0;
-  // automatic: split when total_tokens > 0, unless the launch's max_seq_len hint says that no
-  // sequence has more than one chunk (64 tokens: nothing for the split to run in parallel, and a
-  // second launch and the workspace's round trip to pay); else fused.
+  // automatic: split when total_tokens > 0 and num_seqs <= kChunkedSplitMaxSeqs, unless the
+  // launch's max_seq_len hint says that no sequence has more than one chunk (64 tokens: nothing
+  // for the split to run in parallel, and a second launch and the workspace's round trip to
+  // pay), or the launcher's own workspace cannot be allocated; else fused.
   ChunkedForm form = ChunkedForm::automatic;
   // cu_seqlens[num_seqs] as the host knows it (the split form sizes its grid and workspace by
-  // it; a value below the device's gives wrong results, as would a wrong cu_seqlens).
+  // it). It must be exact: a value below the device's makes the state pass read past the
+  // workspace, as a wrong cu_seqlens makes any kernel read past its inputs.
   int64_t total_tokens = 0;
   // Split form: a device buffer of at least chunked_prefill_workspace_bytes() bytes, 16-byte
   // aligned, not used by anything else until the launch completes; null: the launcher takes one
-  // from the stream-ordered allocator (cudaMallocAsync) and frees it after the launch.
+  // from the stream-ordered allocator (cudaMallocAsync) and frees it after the launch (about
+  // 1.4 KB per token and value head at d_v = 128: 1.5 GB for 32768 tokens of 32 value heads).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
 
 // Launches the chunked prefill on `stream`. Throws statecheck::Error (before any device work) on
 // the argument errors gated_delta_pool refuses, on d_k != 128 or d_v % 32 != 0 (named), on a
-// value_tile other than 0, 32, 64 or not dividing d_v, on the split form without total_tokens or
-// with a workspace smaller than needed or misaligned, or on a launch or allocation failure.
+// value_tile other than 0, 32, 64 or not dividing d_v, on the split form (asked for) without
+// total_tokens, with more than kChunkedSplitMaxSeqs sequences or with a workspace smaller than
+// needed or misaligned, or on a launch or allocation failure.
 void chunked_prefill_pool(const GatedDeltaPoolArgs& a, const ChunkedPrefillOptions& opt = {},
                           cudaStream_t stream = nullptr);
 

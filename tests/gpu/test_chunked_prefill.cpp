@@ -97,6 +97,11 @@ Launch launch(const HostPoolBatch& b, int value_tile, bool with_outputs,
 }
 
 const ChunkedForm kForms[] = {ChunkedForm::fused, ChunkedForm::split};
+
+// Bit for bit (EXPECT_EQ on floats would take -0 for +0).
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
 const char* form_name(ChunkedForm f) {
   return f == ChunkedForm::split ? "split" : "fused";
 }
@@ -196,11 +201,11 @@ TEST_P(ChunkedPrefill, SplitFormEqualsFusedFormBitForBit) {
   }
   // The launcher's own workspace (stream-ordered allocation) and a launch without outputs.
   const Launch own = launch(b, 0, true, ChunkedForm::split, false);
-  EXPECT_EQ(fused.pool32, own.pool32);
+  EXPECT_TRUE(same_bits(fused.pool32, own.pool32));
   EXPECT_EQ(fused.pool16, own.pool16);
   EXPECT_EQ(fused.o, own.o);
   const Launch bare = launch(b, 0, false, ChunkedForm::split);
-  EXPECT_EQ(fused.pool32, bare.pool32);
+  EXPECT_TRUE(same_bits(fused.pool32, bare.pool32));
   EXPECT_EQ(fused.pool16, bare.pool16);
   EXPECT_TRUE(std::all_of(bare.o.begin(), bare.o.end(), [](uint16_t x) { return x == 0xFFFF; }))
       << "outputs written although o is null";
@@ -209,7 +214,7 @@ TEST_P(ChunkedPrefill, SplitFormEqualsFusedFormBitForBit) {
   const Launch fused_tail = launch(b, 0, true, ChunkedForm::fused, true, true);
   const Launch split_tail = launch(b, 0, true, ChunkedForm::split, true, true);
   EXPECT_TRUE(split_tail.guards_intact);
-  EXPECT_EQ(fused_tail.pool32, split_tail.pool32);
+  EXPECT_TRUE(same_bits(fused_tail.pool32, split_tail.pool32));
   EXPECT_EQ(fused_tail.pool16, split_tail.pool16);
   EXPECT_EQ(fused_tail.o, split_tail.o);
   EXPECT_NE(fused_tail.o, fused.o) << "the first sequence's outputs were written anyway";
@@ -241,6 +246,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gdn_H1_HV3_dv96", 1, 3, 96, GateKind::gdn, Dtype::fp32, {100, 37}},
         Case{"gdn_H2_HV2_dv64_T1", 2, 2, 64, GateKind::gdn, Dtype::fp32, {1, 1, 1}},
         Case{"gdn_H4_HV4_long", 4, 4, 128, GateKind::gdn, Dtype::fp32, {1000}},
+        // d_v above 128: the split form's transform reuses its value-tile buffers (4 and 3 tiles).
+        Case{"gdn_H1_HV2_dv256", 1, 2, 256, GateKind::gdn, Dtype::fp32, {130, 64}},
+        Case{"kda_H1_HV1_dv192_bf16", 1, 1, 192, GateKind::kda, Dtype::bf16, {100}},
         Case{"kda_H2_HV2_T63", 2, 2, 128, GateKind::kda, Dtype::fp32, {63}},
         Case{"kda_H1_HV3_mixed_bf16_dv64", 1, 3, 64, GateKind::kda, Dtype::bf16, {65, 1, 0, 140}},
         Case{"kda_H2_HV2_dv32_long", 2, 2, 32, GateKind::kda, Dtype::fp32, {513, 2}},
@@ -329,6 +337,14 @@ TEST(ChunkedPrefillArgs, AutomaticFormIsSplitWhenTheHostKnowsTheTokensAndAChunkC
   EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::fused);
   a.max_seq_len = 1, opt.form = ChunkedForm::split;
   EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::split);
+  // More sequences than the state pass's grid takes: automatic is fused, split is refused.
+  a.max_seq_len = 0, a.num_seqs = kChunkedSplitMaxSeqs + 1, opt.form = ChunkedForm::automatic;
+  EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::fused);
+  a.num_seqs = kChunkedSplitMaxSeqs;
+  EXPECT_EQ(chunked_prefill_form(a, opt), ChunkedForm::split);
+  a.num_seqs = kChunkedSplitMaxSeqs + 1, opt.form = ChunkedForm::split;
+  EXPECT_NE(error_of([&] { chunked_prefill_pool(a, opt); }).find("at most 65535 sequences"),
+            std::string::npos);
 }
 
 TEST(ChunkedPrefillArgs, SupportedShapesAreTheOnesTheChecksLetThrough) {
