@@ -108,19 +108,20 @@ void bench_chunked_prefill(const Options& o, GpuTimer& timer, std::vector<Row>& 
       const std::string suffix = fmt::format("{}_fp32_state_B{}_T{}", sh.name, B, T);
       const double tokens = static_cast<double>(B) * T;
       // Rows: the split form at its chosen value tile and at the other, the fused form at its own.
-      const int chosen = chunked_prefill_value_tile(ac, split);
-      const int chosen_fused = chunked_prefill_value_tile(ac, fused);
+      auto with_tile = [](ChunkedPrefillOptions opt, int tile) {
+        opt.value_tile = tile;
+        return opt;
+      };
+      const int chosen = chunked_prefill_value_tile(ac, split), other = chosen == 64 ? 32 : 64;
       const std::pair<ChunkedPrefillOptions, std::string> runs[] = {
-          {split, ""}, {split, "_vt"}, {fused, "_fused"}};
-      for (const auto& [base, tag] : runs) {
-        ChunkedPrefillOptions opt = base;
-        const bool is_fused = tag == "_fused";
-        opt.value_tile = is_fused ? chosen_fused : tag.empty() ? chosen : chosen == 64 ? 32 : 64;
-        Row r{"prefill_chunked_" + suffix +
-              (tag == "_vt" ? fmt::format("_vt{}", opt.value_tile) : tag)};
+          {with_tile(split, chosen), ""},
+          {with_tile(split, other), fmt::format("_vt{}", other)},
+          {with_tile(fused, chunked_prefill_value_tile(ac, fused)), "_fused"}};
+      for (const auto& [opt, tag] : runs) {
+        Row r{"prefill_chunked_" + suffix + tag};
         r.set_times(timer.time([&](cudaStream_t s) { chunked_prefill_pool(ac, opt, s); }, repeats));
-        r.kernel =
-            fmt::format("chunked_{}_value_tile{}", is_fused ? "fused" : "split", opt.value_tile);
+        r.kernel = fmt::format("chunked_{}_value_tile{}",
+                               opt.form == ChunkedForm::fused ? "fused" : "split", opt.value_tile);
         r.bytes = gated_delta_pool_bytes(ac, B * static_cast<int64_t>(T));
         r.flops = chunked_prefill_flops(ac, cu);
         r.tokens = tokens;

@@ -2,7 +2,7 @@
 // products of the transform pass in the workspace (chunk_workspace.h), what is left of a chunk
 // is what depends on the state S [BV, 128] of a (sequence, value head, value tile):
 //   O = Qx S^T (GDN: times e^G per row), U = U0 + (-Wk) S^T, O += P U, S = S e^Gn + U^T Kd
-// (steps 4-6 of chunked_prefill.cu without the state-independent products). Every product is
+// (steps 4-6 of chunk_kernel.cuh without the state-independent products). Every product is
 // the fused kernel's, on the same operands in the same order, so the two forms agree bit for bit.
 //
 // One block of 8 warps per (value tile, value head, sequence), two blocks per SM. A chunk's

@@ -1,4 +1,4 @@
-// Pieces the chunked prefill's fused kernel (chunked_prefill.cu) and state pass (state_pass.cuh)
+// Pieces the chunked prefill's fused kernel (chunk_kernel.cuh) and state pass (state_pass.cuh)
 // share: a warp's part of the state tile [BV, 128] in mma accumulators (rows sm .. sm + 15,
 // columns sn0 .. sn0 + 8 NTS, the m16n8 fp32 accumulator layout of mma_sync.cuh), read from and
 // written to the pool slot, and a warp's output rows written as bf16.

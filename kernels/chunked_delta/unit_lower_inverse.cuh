@@ -1,4 +1,4 @@
-// The UT transform of the chunked prefill (chunked_prefill.cu, step 3): the inverse of the unit
+// The UT transform of the chunked prefill (chunk_kernel.cuh, step 3): the inverse of the unit
 // lower-triangular I + A of one 64-token chunk, by a block of at least 8 warps, in shared memory.
 // Source of the block form: the 16 x 16 blocks of flash-linear-attention's solve_tril, and the
 // identity (I + A) T = I read block row by block row (docs/chunked_prefill.md).

@@ -63,10 +63,13 @@ class CudaServingBackend : public ServingBackend {
         s.layer.gate == GateKind::gdn ? DriveKind::init_gdn : DriveKind::init_kda;
     host_in_ = synthetic_inputs(kind, s.layer, seed, 0, static_cast<int>(T_all));
     in_ = upload_layer_inputs(s.layer, host_in_);
-    // The chunked prefill's workspace for the largest launch (parallel sequences, T_all tokens).
+    // The chunked prefill's workspace for the largest launch (parallel sequences, T_all tokens),
+    // when the chunked kernel takes the layer's heads at all (an fp32 pool: the scratch's dtype).
     GatedDeltaPoolArgs widest;
-    widest.num_seqs = s.parallel, widest.HV = s.layer.HV, widest.dv = s.layer.dv;
-    chunk_ws_.resize(chunked_prefill_workspace_bytes(widest, T_all));
+    widest.num_seqs = s.parallel, widest.HV = s.layer.HV, widest.dk = s.layer.dk;
+    widest.dv = s.layer.dv, widest.state_dtype = Dtype::fp32;
+    if (chunked_prefill_supported(widest))
+      chunk_ws_.resize(chunked_prefill_workspace_bytes(widest, T_all));
     std::vector<int32_t> ids(s.parallel);
     for (int i = 0; i < s.parallel; ++i) ids[i] = i + 1;
     ids_ = to_device(ids);
