@@ -44,7 +44,9 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
              "KV", "mode", "policy", "hit rate", "vs belady", "binds");
   for (const char* mode : {"bf16", "int8"}) {
     std::vector<double> hit(o.policies.size() * fr.size());
-    std::vector<int64_t> kv_binds(fr.size()), state_binds(fr.size());
+    std::vector<int64_t> kv_binds(fr.size()), state_binds(fr.size()), slots(fr.size()),
+        kv_tokens(fr.size()), retractions(fr.size(), 0);
+    std::vector<double> sojourn(fr.size(), 0.0);
     for (size_t fi = 0; fi < fr.size(); ++fi) {
       const double f = fr[fi];
       const int64_t A = std::max<int64_t>(8, static_cast<int64_t>(f * full.bf16.active.slots));
@@ -54,6 +56,8 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
       const Int8Split split =
           int8_split_at_equal_memory(A, active_slot_bytes(m, dt), checkpoint_slot_bytes(m, dt));
       const bool int8 = std::string(mode) == "int8";
+      slots[fi] = int8 ? split.active + split.ckpt : A;
+      kv_tokens[fi] = kv;
       double belady_rate = -1.0;
       std::vector<double> rates(o.policies.size());
       for (size_t pi = 0; pi < o.policies.size(); ++pi) {
@@ -68,6 +72,9 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
             static_cast<size_t>((reqs.back().timestamp_ms - reqs.front().timestamp_ms) / 60000.0) +
                 1);
         rates[pi] = mr.token_hit_rate;
+        for (const RequestRecord& r : mr.run.records)
+          sojourn[fi] = std::max(sojourn[fi], r.finished - r.arrival);
+        retractions[fi] = std::max<int64_t>(retractions[fi], mr.run.retractions);
         hit[pi * fr.size() + fi] = mr.token_hit_rate;
         if (o.policies[pi] == PolicyKind::belady) belady_rate = mr.token_hit_rate;
         if (o.policies[pi] == PolicyKind::lru) {
@@ -117,6 +124,14 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
                "lru: 1 when the KV pool evicted (binds) at that memory fraction");
     file.write(g + "/" + mode + "_state_binds", state_binds, {fr.size()}, "1",
                "lru: 1 when the state pool evicted (binds) at that memory fraction");
+    // What scripts/online_ceiling.py needs to bound every online policy at each point.
+    file.write(g + "/" + mode + "_state_slots", slots, {fr.size()}, "1",
+               "state slots of all pools (bf16: A; int8: active + checkpoint)");
+    file.write(g + "/" + mode + "_kv_tokens", kv_tokens, {fr.size()}, "tokens", "KV pool size");
+    file.write(g + "/" + mode + "_max_sojourn", sojourn, {fr.size()}, "s",
+               "longest arrival-to-finish time of any request under any policy");
+    file.write(g + "/" + mode + "_max_retractions", retractions, {fr.size()}, "1",
+               "most retractions of any policy's run");
   }
 }
 
