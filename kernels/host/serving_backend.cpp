@@ -315,6 +315,7 @@ class CudaServingBackend : public ServingBackend {
     a.g = in_.g.data() + t * s_.layer.gate_width();
     a.beta = in_.beta.data() + t * s_.layer.HV;
     a.error_info = error_.data();
+    a.max_tokens = std::all_of(lens.begin(), lens.end(), [](auto n) { return n <= 1; }) ? 1 : 0;
     for (int l = 0; l < s_.layers; ++l) {
       a.layer = l;
       a.codes = ws_codes_of(l);

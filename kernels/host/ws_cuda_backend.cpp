@@ -112,6 +112,7 @@ class WsLayerRun : public LayerRun {
     a.beta = in_.beta.data() + t * shape_.HV;
     a.o = o_thv ? o.data() : nullptr;
     a.error_info = error_.data();
+    a.max_tokens = t1 - t0 <= 1 ? 1 : 0;
     DeviceBuffer<float> init;
     if (!pending_[s].empty() && t1 > t0) {
       init.upload(pending_[s]);

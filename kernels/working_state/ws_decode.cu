@@ -24,6 +24,7 @@
 #include "kernels/codec/rounding.cuh"
 #include "kernels/common/cuda_check.h"
 #include "kernels/working_state/ws_decode_chunks.cuh"
+#include "kernels/working_state/ws_decode_token.cuh"
 #include "kernels/working_state/ws_step_math.h"
 
 namespace statecheck::cuda {
@@ -330,6 +331,31 @@ void launch(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
     launch_variant<ST, CPL, false, false>(a, p, stream);
 }
 
+// The single-token kernel where it has a variant (WsDecodeArgs::max_tokens); false otherwise.
+bool launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream_t stream) {
+  if (a.max_tokens != 1 || a.init_state || a.dk != kTokenDk || p.sr || st == Store::bf16)
+    return false;
+  const dim3 grid(a.num_seqs, a.HV);
+  const bool kda = a.gate == GateKind::kda, full = a.dv == kMaxDv;
+  auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
+  if (st == Store::int8) {
+    if (kda)
+      full ? go(ws_decode_token_kernel<Store::int8, true, true>)
+           : go(ws_decode_token_kernel<Store::int8, true, false>);
+    else
+      full ? go(ws_decode_token_kernel<Store::int8, false, true>)
+           : go(ws_decode_token_kernel<Store::int8, false, false>);
+  } else {
+    if (kda)
+      full ? go(ws_decode_token_kernel<Store::fp8, true, true>)
+           : go(ws_decode_token_kernel<Store::fp8, true, false>);
+    else
+      full ? go(ws_decode_token_kernel<Store::fp8, false, true>)
+           : go(ws_decode_token_kernel<Store::fp8, false, false>);
+  }
+  return true;
+}
+
 template <Store ST>
 void launch_store(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
   if (a.dk == 32)
@@ -374,6 +400,8 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
          a.pool_slots);
   if (a.layer < 0 || a.layer >= 65536)
     fail("working-state decode: layer {} outside [0, 65536)", a.layer);
+  if (a.max_tokens != 0 && a.max_tokens != 1)
+    fail("working-state decode: max_tokens {} (expected 0, unknown, or 1)", a.max_tokens);
   const Store st = store_of(a.format.kind);
   if (a.num_seqs == 0) return;
   auto need = [](const void* ptr, const char* name) {
@@ -406,7 +434,9 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   p.q = a.q, p.k = a.k, p.v = a.v, p.g = a.g, p.beta = a.beta, p.o = a.o;
   p.error_info = a.error_info;
   p.init_state = a.init_state;
-  if (st == Store::bf16)
+  if (launch_token(a, p, st, stream))
+    ;
+  else if (st == Store::bf16)
     launch_store<Store::bf16>(a, p, stream);
   else if (st == Store::int8)
     launch_store<Store::int8>(a, p, stream);
@@ -422,6 +452,11 @@ void check_ws_decode_error(int32_t* error_info, cudaStream_t stream, int first_t
       cudaMemcpyAsync(host, error_info, sizeof host, cudaMemcpyDeviceToHost, stream));
   STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream));
   STATECHECK_CUDA_CHECK(cudaMemsetAsync(error_info, 0, sizeof host, stream));
+  if (host[0] == 2)
+    fail(
+        "working-state decode: sequence {} has {} tokens in a launch declared max_tokens 1; its "
+        "slots were left unchanged",
+        host[1], host[3]);
   if (host[0] != 0)
     fail(
         "working-state decode: non-finite state or output in sequence {}, value head {}, token "

@@ -79,6 +79,11 @@ struct WsDecodeArgs {
   const float* beta = nullptr;
   uint16_t* o = nullptr;
   int32_t* error_info = nullptr;
+  // 0, or 1 when no sequence of the launch has more than one token (decode): then the
+  // single-token kernel (ws_decode_token.cuh, the same bits) runs where it has a variant (int8 or
+  // fp8_e4m3 round to nearest even, d_k 128, no init_state), and a sequence with more tokens is
+  // refused, its slot unchanged, through error_info {2, sequence, value head, its tokens}.
+  int max_tokens = 0;
   // Optional [num_seqs, HV, d_v, d_k] fp32, 16-byte aligned: sequence s starts from
   // init_state[s] as given instead of decoding its slot (a state written from outside the format,
   // e.g. a prefill's fp32 result; its first token's update is then stored in the format as usual).
@@ -92,15 +97,15 @@ bool ws_decode_supports_head(int dk, int dv);
 
 // Launches the kernel on `stream`. Throws statecheck::Error, before any device work, on an
 // unsupported format, shapes outside the limits above (H, HV, d_v not positive, HV % H != 0, d_k
-// not 32, 64 or 128, d_v > 128), num_seqs or pool_slots negative,
+// not 32, 64 or 128, d_v > 128), num_seqs or pool_slots negative, max_tokens not 0 or 1,
 // layer outside [0, 2^16), a null required pointer (named), codes, scales or init_state not 16-byte
 // aligned, or a launch failure.
 void ws_decode(const WsDecodeArgs& a, cudaStream_t stream = nullptr);
 
 // Reads error_info (synchronising `stream`) and throws statecheck::Error naming the sequence,
-// value head and token of a refused head (its offset in the launch plus `first_token`, the
-// position of the launch's first token in the caller's run); clears it for the next launch.
-// Null: nothing.
+// value head and token of a refused head (or the sequence with more tokens than max_tokens) (its
+// offset in the launch plus `first_token`, the position of the launch's first token in the caller's
+// run); clears it for the next launch. Null: nothing.
 void check_ws_decode_error(int32_t* error_info, cudaStream_t stream = nullptr, int first_token = 0);
 
 // Copy-on-write of n int8 / fp8 / bf16 working slots inside one pool of the same format:

@@ -198,16 +198,17 @@ long first_difference_nan_equal(const std::vector<uint16_t>& a, const std::vecto
   return -1;
 }
 
-class WsDecode : public GpuTest, public ::testing::WithParamInterface<Case> {};
-
-TEST_P(WsDecode, MatchesReferenceBitForBitAndLeavesOtherSlots) {
-  const Case& c = GetParam();
+// One launch of case c (with max_tokens) against the reference: codes, scales and outputs bit for
+// bit, every output written, guards intact, and only the slots of sequences with tokens changed.
+void expect_matches_reference(const Case& c, int max_tokens) {
   HostWsBatch b = make_batch(c, 42);
   const HostWsBatch before = b;
   const int T = b.cu_seqlens.back();
   const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0xFFFF);  // NaN bits
   DeviceBatch d(b, o0);
-  ws_decode(d.args(b));
+  WsDecodeArgs a = d.args(b);
+  a.max_tokens = max_tokens;
+  ws_decode(a);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> o_ref = o0;
   const std::vector<WsRefusal> refused = ws_decode_reference(b, o_ref);
@@ -243,6 +244,12 @@ TEST_P(WsDecode, MatchesReferenceBitForBitAndLeavesOtherSlots) {
       EXPECT_TRUE(same_codes && same_scales) << "slot " << s << " was touched";
     }
   }
+}
+
+class WsDecode : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(WsDecode, MatchesReferenceBitForBitAndLeavesOtherSlots) {
+  expect_matches_reference(GetParam(), 0);
 }
 
 TEST_P(WsDecode, RepeatsItselfAndTwoLaunchesEqualTheReferenceTwice) {
@@ -442,6 +449,93 @@ const std::vector<Case> kCases = {
 
 INSTANTIATE_TEST_SUITE_P(Formats, WsDecode, ::testing::ValuesIn(kCases), case_name);
 
+// The single-token kernel (max_tokens 1: int8 and fp8 round to nearest even at d_k 128) against
+// the same reference: d_v 128 (no row tests) and below, bf16 scales, HV = 3 H, sequences without
+// tokens, q and k without the L2 norm.
+class WsDecodeToken : public GpuTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(WsDecodeToken, MatchesReferenceBitForBitAndLeavesOtherSlots) {
+  expect_matches_reference(GetParam(), 1);
+}
+
+const std::vector<Case> kTokenCases = {
+    {"int8_gdn_H2_HV6_dv128",
+     2,
+     6,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::int8,
+     false,
+     {1, 1, 0, 1, 1}},
+    {"int8_kda_H4_HV4_dv100",
+     4,
+     4,
+     128,
+     100,
+     GateKind::kda,
+     WorkingStateKind::int8,
+     false,
+     {1, 1, 1}},
+    {"int8_kda_H2_HV2_dv128",
+     2,
+     2,
+     128,
+     128,
+     GateKind::kda,
+     WorkingStateKind::int8,
+     false,
+     {1, 0, 1}},
+    {"int8_bf16scale_gdn_H1_HV3_dv128",
+     1,
+     3,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::int8,
+     true,
+     {1, 0, 1}},
+    {"int8_gdn_noqknorm_H1_HV2_dv128",
+     1,
+     2,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::int8,
+     false,
+     {1, 1},
+     false},
+    {"fp8_gdn_H2_HV6_dv128",
+     2,
+     6,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::fp8_e4m3,
+     false,
+     {1, 1, 1}},
+    {"fp8_bf16scale_kda_H2_HV2_dv72",
+     2,
+     2,
+     128,
+     72,
+     GateKind::kda,
+     WorkingStateKind::fp8_e4m3,
+     true,
+     {1, 0, 1}},
+    {"fp8_kda_H2_HV2_dv128",
+     2,
+     2,
+     128,
+     128,
+     GateKind::kda,
+     WorkingStateKind::fp8_e4m3,
+     false,
+     {1, 1}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Formats, WsDecodeToken, ::testing::ValuesIn(kTokenCases), case_name);
+
 class WsDecodeDevice : public GpuTest {};
 
 // A non-finite scale in one head of one sequence.
@@ -492,6 +586,59 @@ TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
   EXPECT_EQ(first_difference(g_rest, r_rest), -1);
   EXPECT_THROW(check_ws_decode_error(d.error_info.data()), Error);
   EXPECT_NO_THROW(check_ws_decode_error(d.error_info.data()));  // cleared by the first check
+}
+
+// max_tokens 1 with a sequence of two tokens: that sequence is refused with its slot unchanged,
+// the others run as the reference says; and a non-finite scale is refused as in the general kernel.
+TEST_F(WsDecodeDevice, TokenKernelRefusesTwoTokensAndANonFiniteState) {
+  Case c{"", 1, 3, 128, 128, GateKind::gdn, WorkingStateKind::int8, false, {1, 2, 1}};
+  HostWsBatch b = make_batch(c, 17);
+  const HostWsBatch before = b;
+  const std::vector<uint16_t> o0(static_cast<size_t>(4) * c.HV * c.dv, 0xFFFF);
+  DeviceBatch d(b, o0);
+  WsDecodeArgs a = d.args(b);
+  a.max_tokens = 1;
+  ws_decode(a);
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int32_t> err = d.error_info.download();
+  EXPECT_EQ(err[0], 2);
+  EXPECT_EQ(err[1], 1);
+  EXPECT_EQ(err[3], 2);
+  const size_t sc = b.codes.size() / kSlots;
+  const std::vector<uint8_t> codes = d.codes.download();
+  EXPECT_EQ(
+      std::memcmp(codes.data() + b.slot_ids[1] * sc, before.codes.data() + b.slot_ids[1] * sc, sc),
+      0);
+  EXPECT_NE(
+      std::memcmp(codes.data() + b.slot_ids[0] * sc, before.codes.data() + b.slot_ids[0] * sc, sc),
+      0);
+  try {
+    check_ws_decode_error(d.error_info.data());
+    ADD_FAILURE() << "two tokens under max_tokens 1 were not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence 1 has 2 tokens"), std::string::npos) << e.what();
+  }
+
+  Case one{"", 1, 3, 128, 128, GateKind::gdn, WorkingStateKind::int8, false, {1, 1, 1}};
+  HostWsBatch nb = make_batch(one, 11);
+  const size_t at = (static_cast<size_t>(nb.slot_ids[1]) * one.HV + 2) * one.dk + 5;
+  const float inf = INFINITY;
+  std::memcpy(nb.scales.data() + 4 * at, &inf, 4);
+  const HostWsBatch nbefore = nb;
+  DeviceBatch nd(nb, std::vector<uint16_t>(static_cast<size_t>(3) * one.HV * one.dv, 0x3F80));
+  WsDecodeArgs na = nd.args(nb);
+  na.max_tokens = 1;
+  ws_decode(na);
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(nd.error_info.download(), (std::vector<int32_t>{1, 1, 2, 0}));
+  std::vector<uint16_t> o_ref(static_cast<size_t>(3) * one.HV * one.dv, 0x3F80);
+  ASSERT_EQ(ws_decode_reference(nb, o_ref).size(), 1u);
+  EXPECT_EQ(first_difference(nd.codes.download(), nb.codes), -1);
+  EXPECT_EQ(first_difference(nd.scales.download(), nb.scales), -1);
+  const size_t head_codes = static_cast<size_t>(one.dv) * one.dk;
+  const size_t off = (static_cast<size_t>(nb.slot_ids[1]) * one.HV + 2) * head_codes;
+  EXPECT_EQ(std::memcmp(nb.codes.data() + off, nbefore.codes.data() + off, head_codes), 0);
+  EXPECT_TRUE(nd.guards_intact());
 }
 
 TEST_F(WsDecodeDevice, StartsFromAGivenFp32State) {
@@ -563,6 +710,9 @@ TEST(WsDecodeArguments, RejectsBadArguments) {
   a.format.kind = WorkingStateKind::int8_ef;
   EXPECT_THROW(ws_decode(a), Error);  // no kernel for error feedback
   a.format.kind = WorkingStateKind::int8;
+  a.max_tokens = 2;
+  EXPECT_THROW(ws_decode(a), Error);  // max_tokens other than 0 or 1
+  a.max_tokens = 0;
   a.num_seqs = -1;
   try {
     ws_decode(a);

@@ -1,0 +1,296 @@
+// The single-token working-state decode kernel (ws_decode.cu, its only includer): one launch of
+// ws_decode in which no sequence has more than one token (WsDecodeArgs::max_tokens = 1), for the
+// round-to-nearest int8 and fp8_e4m3 formats at d_k = 128 without init_state. It computes the
+// same bits as ws_decode_kernel (the same lane layout, the same fp32 operations in the same order,
+// ws_decode_reference.h), with less work per element where the general kernel repeats itself:
+//   - q and k are normalised once per block, by the 16 lanes that would each compute the same
+//     sums in the general kernel (8 lanes per vector, the same butterfly), and the gates'
+//     exponentials once per key channel; every thread reads them from shared memory;
+//   - the column amax goes to shared memory as each thread's 4-row maxima, and 8 lanes per 4
+//     columns reduce the 32 row groups (max is exact in any order), in place of two rounds of
+//     shuffles per column in every thread;
+//   - the int8 codes come from one fused multiply-add on a 2^-14 grid per element, an integer
+//     test of its fraction bits and a byte shuffle per two elements (ws_int8_codes4_grid,
+//     element_codec.h), in place of the general kernel's two fused multiply-adds, subtraction
+//     and comparison (the same codes);
+//   - no token loop: the stored state is decoded once and encoded once.
+// Layout: one block of 256 threads per (sequence, value head); 8 lanes per state row, lane `sub`
+// owning key channels 16 sub .. 16 sub + 15; thread (row group rg, sub) holds rows rg + 32 r,
+// r < 4 (rows from d_v up are absent and tested unless FULL, d_v = 128). Errors: a sequence with
+// more than one token is refused through error_info {2, sequence, value head, its tokens} and its
+// slot left as it was; non-finite values as ws_decode.h states, {1, sequence, value head, 0}.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/codec/rounding.cuh"
+#include "kernels/working_state/ws_decode_chunks.cuh"
+#include "kernels/working_state/ws_step_math.h"
+
+namespace statecheck::cuda {
+namespace {
+
+constexpr int kTokenDk = 128;
+constexpr int kTokenThreads = 256;
+constexpr int kAmaxStride = 132;  // floats per row group's maxima: 4 banks apart, no conflicts
+
+// Sum over the 8 lanes of a row among the warp's lanes `mask` (they all execute it): the order
+// of row_sum.
+__device__ __forceinline__ float row_sum_among(unsigned mask, float x) {
+  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 1));
+  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 2));
+  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 4));
+  return x;
+}
+
+// Encodes the 16 elements x of one row chunk starting at key channel j0 with the reciprocal
+// scales inv; the scales themselves are read from `col_scale` (at column_slot) only for a chunk
+// the cheap way cannot decide, which is then encoded by the division as the element codecs do.
+template <Store ST>
+__device__ __forceinline__ void encode_token_chunk(const float (&x)[16], const float (&inv)[16],
+                                                   const float* col_scale, int j0,
+                                                   uint32_t (&w)[4]) {
+  if constexpr (ST == Store::int8) {
+    uint32_t decided = 0xFFFFFFFFu;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) w[c] = ws_int8_codes4_grid(x + 4 * c, inv + 4 * c, decided);
+    if (__builtin_expect(!(decided & 0x4000u), 0)) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float4 s = *reinterpret_cast<const float4*>(col_scale + column_slot<16>(j0 + 4 * c));
+        w[c] = pack4(int8_code_exact(x[4 * c], s.x), int8_code_exact(x[4 * c + 1], s.y),
+                     int8_code_exact(x[4 * c + 2], s.z), int8_code_exact(x[4 * c + 3], s.w));
+      }
+    }
+  } else {
+    uint32_t q[16];
+    bool undecided = false;
+#pragma unroll
+    for (int e = 0; e < 16; e += 2) {
+      const uint32_t two =
+          fp8_codes2(x[e], x[e + 1], fp8_bracket(inv[e]), fp8_bracket(inv[e + 1]), undecided);
+      q[e] = two, q[e + 1] = two >> 8;
+    }
+    if (__builtin_expect(undecided, 0)) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float4 s = *reinterpret_cast<const float4*>(col_scale + column_slot<16>(j0 + 4 * c));
+        q[4 * c] = fp8_encode(__fdiv_rn(x[4 * c], s.x));
+        q[4 * c + 1] = fp8_encode(__fdiv_rn(x[4 * c + 1], s.y));
+        q[4 * c + 2] = fp8_encode(__fdiv_rn(x[4 * c + 2], s.z));
+        q[4 * c + 3] = fp8_encode(__fdiv_rn(x[4 * c + 3], s.w));
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) w[c] = pack4(q[4 * c], q[4 * c + 1], q[4 * c + 2], q[4 * c + 3]);
+  }
+}
+
+// Grid (num_seqs, HV), kTokenThreads threads. ST: int8 or fp8 (round to nearest even); FULL:
+// d_v = 128, so no row is tested.
+template <Store ST, bool KDA, bool FULL>
+__global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsParams p) {
+  constexpr int CPL = 16, RPT = 4, NW = 4, DK = kTokenDk;
+  __shared__ __align__(16) float sm_q[DK], sm_k[DK], sm_a[KDA ? DK : 4];
+  __shared__ __align__(16) float sm_scale[DK], sm_inv[DK];   // at column_slot
+  __shared__ __align__(16) float sm_amax[32 * kAmaxStride];  // [row group][column_slot]
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  if (t0 >= t1) return;  // uniform over the block
+  if (t1 - t0 > 1) {
+    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 2) == 0) {
+      p.error_info[1] = seq;
+      p.error_info[2] = h;
+      p.error_info[3] = t1 - t0;
+    }
+    return;
+  }
+  const int t = t0;
+  const int tid = threadIdx.x, sub = tid & 7, rg = tid >> 3;
+  const int j0 = sub * CPL;
+  const int dv = p.dv;
+  const int kh = h / (p.HV / p.H);
+  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
+  uint8_t* codes = p.codes + head * dv * DK;
+  int rows[RPT];
+  bool row_ok[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    rows[r] = rg + 32 * r;
+    row_ok[r] = FULL || rows[r] < dv;
+  }
+
+  // The stored state's codes and column scales, first, so their loads overlap the token's set-up.
+  uint32_t w[RPT][NW];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    if (row_ok[r]) {
+      load_words<NW>(codes + rows[r] * DK + j0, w[r]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < NW; ++c) w[r][c] = 0u;
+    }
+  }
+  float sc[CPL];
+  const uint8_t* src_scales =
+      static_cast<const uint8_t*>(p.scales) + head * head_scale_bytes<ST>(DK, p.bf16_scale);
+  if (p.bf16_scale)
+    load_bf16<CPL>(reinterpret_cast<const uint16_t*>(src_scales) + j0, sc);
+  else
+    load_f32<CPL>(reinterpret_cast<const float*>(src_scales) + j0, sc);
+
+  // The token's q and k, normalised and scaled, and its decays, once per block.
+  if (tid < 16) {
+    const bool is_k = tid >= 8;
+    float x[CPL];
+    load_bf16<CPL>((is_k ? p.k : p.q) + (static_cast<int64_t>(t) * p.H + kh) * DK + j0, x);
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) ss = wsk::fma(x[e], x[e], ss);
+    float scale = is_k ? 1.0f : p.scale;
+    if (p.qk_l2norm)
+      scale = ws_div(scale, wsk::sqrt(wsk::add(row_sum_among(0x0000FFFFu, ss), 1e-6f)));
+    float* dst = (is_k ? sm_k : sm_q) + j0;
+#pragma unroll
+    for (int e = 0; e < CPL; e += 4)
+      *reinterpret_cast<float4*>(dst + e) =
+          make_float4(wsk::mul(x[e], scale), wsk::mul(x[e + 1], scale), wsk::mul(x[e + 2], scale),
+                      wsk::mul(x[e + 3], scale));
+  }
+  if constexpr (KDA) {
+    if (tid >= kTokenThreads - DK) {
+      const int j = tid - (kTokenThreads - DK);
+      sm_a[j] = wsk::exp(p.g[(static_cast<int64_t>(t) * p.HV + h) * DK + j]);
+    }
+  } else if (tid == 32) {
+    sm_a[0] = wsk::exp(p.g[static_cast<int64_t>(t) * p.HV + h]);
+  }
+  float vr[RPT];
+  const uint16_t* vt = p.v + (static_cast<int64_t>(t) * p.HV + h) * dv;
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) vr[r] = row_ok[r] ? bf16_value(vt[rows[r]]) : 0.0f;
+  const float beta = p.beta[static_cast<int64_t>(t) * p.HV + h];
+
+  float s[RPT][CPL];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) decode_chunk<ST, CPL>(w[r], sc, s[r]);
+  __syncthreads();
+  float q[CPL], kk[CPL], a[KDA ? CPL : 1];
+#pragma unroll
+  for (int e = 0; e < CPL; e += 4) {
+    const float4 qv = *reinterpret_cast<const float4*>(sm_q + j0 + e);
+    const float4 kv = *reinterpret_cast<const float4*>(sm_k + j0 + e);
+    q[e] = qv.x, q[e + 1] = qv.y, q[e + 2] = qv.z, q[e + 3] = qv.w;
+    kk[e] = kv.x, kk[e + 1] = kv.y, kk[e + 2] = kv.z, kk[e + 3] = kv.w;
+    if constexpr (KDA) {
+      const float4 av = *reinterpret_cast<const float4*>(sm_a + j0 + e);
+      a[e] = av.x, a[e + 1] = av.y, a[e + 2] = av.z, a[e + 3] = av.w;
+    }
+  }
+  if constexpr (!KDA) a[0] = sm_a[0];
+
+  // The delta rule on the rows and the readout: the general kernel's operations, in its order.
+  bool bad = false;
+  float out[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    float part = 0.0f;
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) {
+      s[r][e] = wsk::mul(s[r][e], a[KDA ? e : 0]);
+      part = wsk::fma(s[r][e], kk[e], part);
+    }
+    const float wgt = wsk::mul(beta, wsk::sub(vr[r], row_sum(part)));
+    float acc = 0.0f;
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) {
+      s[r][e] = wsk::fma(wgt, kk[e], s[r][e]);
+      acc = wsk::fma(s[r][e], q[e], acc);
+    }
+    out[r] = row_sum(acc);
+    if (row_ok[r]) bad |= !(fabsf(out[r]) <= 3.40282347e38f);
+  }
+  if (p.o && sub == 0) {
+    uint16_t* ot = p.o + (static_cast<int64_t>(t) * p.HV + h) * dv;
+#pragma unroll
+    for (int r = 0; r < RPT; ++r)
+      if (row_ok[r]) ot[rows[r]] = ws_bf16_rne(out[r]);
+  }
+
+  // Each thread's maxima over its rows, per column.
+  {
+    float m[CPL];
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < RPT; ++r)
+      if (row_ok[r]) {
+#pragma unroll
+        for (int e = 0; e < CPL; ++e) m[e] = fmaxf(m[e], fabsf(s[r][e]));
+      }
+    float* dst = sm_amax + rg * kAmaxStride;
+#pragma unroll
+    for (int e = 0; e < CPL; e += 4)
+      *reinterpret_cast<float4*>(dst + column_slot<CPL>(j0 + e)) =
+          make_float4(m[e], m[e + 1], m[e + 2], m[e + 3]);
+  }
+  if (__syncthreads_or(bad)) {
+    if (tid == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+      p.error_info[1] = seq;
+      p.error_info[2] = h;
+      p.error_info[3] = 0;
+    }
+    return;  // the stored state and scales are left as they were
+  }
+
+  // The column scales: lanes ro = 0..7 of columns 4 cq .. 4 cq + 3 take row groups ro + 8 i, then
+  // a butterfly over the 8; lane ro < 4 forms column 4 cq + ro's scale.
+  {
+    const int cq = tid >> 3, ro = tid & 7;
+    const int slot = column_slot<CPL>(4 * cq);
+    float4 mx = *reinterpret_cast<const float4*>(sm_amax + ro * kAmaxStride + slot);
+#pragma unroll
+    for (int i = 1; i < 4; ++i) {
+      const float4 y =
+          *reinterpret_cast<const float4*>(sm_amax + (ro + 8 * i) * kAmaxStride + slot);
+      mx.x = fmaxf(mx.x, y.x), mx.y = fmaxf(mx.y, y.y), mx.z = fmaxf(mx.z, y.z),
+      mx.w = fmaxf(mx.w, y.w);
+    }
+#pragma unroll
+    for (int d = 1; d < 8; d <<= 1) {
+      mx.x = fmaxf(mx.x, __shfl_xor_sync(0xffffffffu, mx.x, d));
+      mx.y = fmaxf(mx.y, __shfl_xor_sync(0xffffffffu, mx.y, d));
+      mx.z = fmaxf(mx.z, __shfl_xor_sync(0xffffffffu, mx.z, d));
+      mx.w = fmaxf(mx.w, __shfl_xor_sync(0xffffffffu, mx.w, d));
+    }
+    if (ro < 4) {
+      const float amax = ro == 0 ? mx.x : ro == 1 ? mx.y : ro == 2 ? mx.z : mx.w;
+      const int j = 4 * cq + ro;
+      const float col = ws_column_scale(amax, ST == Store::int8 ? 127.0f : 448.0f, p.bf16_scale);
+      sm_scale[slot + ro] = col;
+      sm_inv[slot + ro] = __fdiv_rn(1.0f, col);
+      if (p.bf16_scale)
+        reinterpret_cast<uint16_t*>(p.scales)[head * DK + j] = ws_bf16_rne(col);
+      else
+        reinterpret_cast<float*>(p.scales)[head * DK + j] = col;
+    }
+  }
+  __syncthreads();
+
+  // The codes, written in place.
+  float inv[CPL];
+#pragma unroll
+  for (int e = 0; e < CPL; e += 4) {
+    const float4 b = *reinterpret_cast<const float4*>(sm_inv + column_slot<CPL>(j0 + e));
+    inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
+  }
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    uint32_t wd[NW];
+    encode_token_chunk<ST>(s[r], inv, sm_scale, j0, wd);
+    if (row_ok[r]) store_words<NW>(codes + static_cast<int64_t>(rows[r]) * DK + j0, wd);
+  }
+}
+
+}  // namespace
+}  // namespace statecheck::cuda
