@@ -91,8 +91,9 @@ __device__ __forceinline__ void encode_token_chunk(const float (&x)[16], const f
 template <Store ST, bool KDA, bool FULL>
 __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsParams p) {
   constexpr int CPL = 16, RPT = 4, NW = 4, DK = kTokenDk;
+  // Per-column values sit at column_slot (the 8 lanes of a row read 8 different bank groups).
   __shared__ __align__(16) float sm_q[DK], sm_k[DK], sm_a[KDA ? DK : 4];
-  __shared__ __align__(16) float sm_scale[DK], sm_inv[DK];   // at column_slot
+  __shared__ __align__(16) float sm_scale[DK], sm_inv[DK];
   __shared__ __align__(16) float sm_amax[32 * kAmaxStride];  // [row group][column_slot]
   const int seq = blockIdx.x, h = blockIdx.y;
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
@@ -150,17 +151,17 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
     float scale = is_k ? 1.0f : p.scale;
     if (p.qk_l2norm)
       scale = ws_div(scale, wsk::sqrt(wsk::add(row_sum_among(0x0000FFFFu, ss), 1e-6f)));
-    float* dst = (is_k ? sm_k : sm_q) + j0;
+    float* dst = is_k ? sm_k : sm_q;
 #pragma unroll
     for (int e = 0; e < CPL; e += 4)
-      *reinterpret_cast<float4*>(dst + e) =
+      *reinterpret_cast<float4*>(dst + column_slot<CPL>(j0 + e)) =
           make_float4(wsk::mul(x[e], scale), wsk::mul(x[e + 1], scale), wsk::mul(x[e + 2], scale),
                       wsk::mul(x[e + 3], scale));
   }
   if constexpr (KDA) {
     if (tid >= kTokenThreads - DK) {
       const int j = tid - (kTokenThreads - DK);
-      sm_a[j] = wsk::exp(p.g[(static_cast<int64_t>(t) * p.HV + h) * DK + j]);
+      sm_a[column_slot<CPL>(j)] = wsk::exp(p.g[(static_cast<int64_t>(t) * p.HV + h) * DK + j]);
     }
   } else if (tid == 32) {
     sm_a[0] = wsk::exp(p.g[static_cast<int64_t>(t) * p.HV + h]);
@@ -178,12 +179,13 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
   float q[CPL], kk[CPL], a[KDA ? CPL : 1];
 #pragma unroll
   for (int e = 0; e < CPL; e += 4) {
-    const float4 qv = *reinterpret_cast<const float4*>(sm_q + j0 + e);
-    const float4 kv = *reinterpret_cast<const float4*>(sm_k + j0 + e);
+    const int slot = column_slot<CPL>(j0 + e);
+    const float4 qv = *reinterpret_cast<const float4*>(sm_q + slot);
+    const float4 kv = *reinterpret_cast<const float4*>(sm_k + slot);
     q[e] = qv.x, q[e + 1] = qv.y, q[e + 2] = qv.z, q[e + 3] = qv.w;
     kk[e] = kv.x, kk[e + 1] = kv.y, kk[e + 2] = kv.z, kk[e + 3] = kv.w;
     if constexpr (KDA) {
-      const float4 av = *reinterpret_cast<const float4*>(sm_a + j0 + e);
+      const float4 av = *reinterpret_cast<const float4*>(sm_a + slot);
       a[e] = av.x, a[e + 1] = av.y, a[e + 2] = av.z, a[e + 3] = av.w;
     }
   }
