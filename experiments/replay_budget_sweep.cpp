@@ -1,13 +1,34 @@
 // replay --budget-sweep (docs/cache_policies.md, "Budget sweep").
 #include <algorithm>
+#include <cstdint>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "core/memory/memory_budget.h"
+#include "core/util/error.h"
 #include "experiments/cache_common.h"
 #include "experiments/replay_run.h"
 
 namespace statecheck {
+namespace {
+
+// FNV-1a 64 (Fowler, Noll, Vo) of a file's bytes; the trace was read from it already.
+uint64_t file_fnv1a64(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("{}: cannot open trace file", path);
+  uint64_t h = 14695981039346656037ull;
+  char buf[1 << 16];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
+    for (std::streamsize i = 0; i < f.gcount(); ++i) {
+      h ^= static_cast<unsigned char>(buf[i]);
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+}  // namespace
 
 // replay --budget-sweep: the trace at cache memory f x the budget's, f in kSweep, for every
 // --policy and both formats. At each f the bf16 single pool gets f x the active slots and f x the
@@ -32,6 +53,11 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
     if (policy_is_offline(pk) && !index) index = replay_next_use_index(reqs, o.chunk_granularity);
   const std::string g = "replay/budget_sweep";
   file.group(g);
+  // The trace file's FNV-1a 64-bit hash, so that scripts/online_ceiling.py refuses a sweep of
+  // another trace.
+  file.write(g + "/trace_fnv1a64",
+             std::vector<int64_t>{static_cast<int64_t>(file_fnv1a64(trace_path(o)))}, {1}, "1",
+             "FNV-1a 64 of the trace file's bytes (two's complement)");
   std::vector<double> fr(std::begin(kSweep), std::end(kSweep));
   file.write(g + "/memory_fraction", fr, {fr.size()}, "1",
              "cache memory as a fraction of the budget's (state pools and KV scaled together)");
@@ -45,8 +71,8 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
   for (const char* mode : {"bf16", "int8"}) {
     std::vector<double> hit(o.policies.size() * fr.size());
     std::vector<int64_t> kv_binds(fr.size()), state_binds(fr.size()), slots(fr.size()),
-        kv_tokens(fr.size()), retractions(fr.size(), 0);
-    std::vector<double> sojourn(fr.size(), 0.0);
+        kv_tokens(fr.size()), retractions(o.policies.size() * fr.size(), 0);
+    std::vector<double> sojourn(o.policies.size() * fr.size(), 0.0);
     for (size_t fi = 0; fi < fr.size(); ++fi) {
       const double f = fr[fi];
       const int64_t A = std::max<int64_t>(8, static_cast<int64_t>(f * full.bf16.active.slots));
@@ -73,8 +99,9 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
                 1);
         rates[pi] = mr.token_hit_rate;
         for (const RequestRecord& r : mr.run.records)
-          sojourn[fi] = std::max(sojourn[fi], r.finished - r.arrival);
-        retractions[fi] = std::max<int64_t>(retractions[fi], mr.run.retractions);
+          sojourn[pi * fr.size() + fi] =
+              std::max(sojourn[pi * fr.size() + fi], r.finished - r.arrival);
+        retractions[pi * fr.size() + fi] = mr.run.retractions;
         hit[pi * fr.size() + fi] = mr.token_hit_rate;
         if (o.policies[pi] == PolicyKind::belady) belady_rate = mr.token_hit_rate;
         if (o.policies[pi] == PolicyKind::lru) {
@@ -128,10 +155,10 @@ void replay_budget_sweep(const Options& o, const ModelConfig& m, H5Writer& file,
     file.write(g + "/" + mode + "_state_slots", slots, {fr.size()}, "1",
                "state slots of all pools (bf16: A; int8: active + checkpoint)");
     file.write(g + "/" + mode + "_kv_tokens", kv_tokens, {fr.size()}, "tokens", "KV pool size");
-    file.write(g + "/" + mode + "_max_sojourn", sojourn, {fr.size()}, "s",
-               "longest arrival-to-finish time of any request under any policy");
-    file.write(g + "/" + mode + "_max_retractions", retractions, {fr.size()}, "1",
-               "most retractions of any policy's run");
+    file.write(g + "/" + mode + "_max_sojourn", sojourn, {o.policies.size(), fr.size()}, "s",
+               "[policy, memory fraction]: longest arrival-to-finish time of a request");
+    file.write(g + "/" + mode + "_retractions", retractions, {o.policies.size(), fr.size()}, "1",
+               "[policy, memory fraction]: retractions");
   }
 }
 

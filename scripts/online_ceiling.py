@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The most token hits any online eviction policy can expect on a trace written by
-scripts/make_workload_trace.py (multiturn or agentic), at each point of a `replay --budget-sweep`
-run of that trace, next to belady and the best online policy of the run
+"""An upper bound on the expected token hit rate of online eviction policies on a trace written
+by scripts/make_workload_trace.py (multiturn or agentic), at each point of a `replay
+--budget-sweep` run of that trace, next to belady and each online policy of the run
 (docs/cache_policies.md, "The online ceiling").
 
 The generators draw which group comes next at random: multiturn shuffles the turns of all sessions
@@ -9,54 +9,111 @@ The generators draw which group comes next at random: multiturn shuffles the tur
 p_s = remaining_s / remaining; agentic picks a pending context uniformly, p_c = 1 / pending. A
 group is a session or a context, named by its first block. Groups share no blocks, so request t
 can hit only on its own group's earlier requests, at most v_g tokens: the longest token prefix its
-group's next request shares with any earlier request. When request t arrives, an online policy
-holds at most S states (every slot of every pool) and K KV tokens, chosen from requests < t only;
-what it holds when t is matched is a subset of that plus what requests still in flight produce
-(those that arrived less than the run's longest arrival-to-finish time before t). So
+group's next request shares with any earlier request. The engine matches in arrival order; when
+request t arrives a policy holds at most S states (every slot of every pool) and K KV tokens,
+chosen from requests < t only, and what it holds when t is matched is a subset of that plus what
+requests still in flight produce. If no request of the run stays in flight (arrival to finish)
+longer than W, those are requests that arrived less than W before t, and
 
   E[hit_t | requests < t] <= sum over in-flight groups of p_g v_g
                              + min(sum of the S largest p_g v_g of the others,
-                                   the K tokens filled greedily by p_g: sum p_g min(v_g, left)),
+                                   the K tokens filled greedily by p_g: sum p_g min(v_g, left)).
 
-and the ceiling is sum_t of that over sum_t input_length_t: an upper bound on the expected token
-hit rate of every online policy, however it scores (it may even know the generator's law). It
-counts the hits of earlier requests only: a retracted request may hit its own prompt, so points
-where a policy retracted are marked. belady, knowing the order, is not bound by it.
+The ceiling C(W) is sum_t of that over sum_t input_length_t: it bounds the expected token hit
+rate (over the generator's draws) of every online policy whose requests all finish within W of
+their arrival and which retracts none (a retracted request may later hit on itself or on later
+requests). Each online policy of the sweep is compared with C(its own longest sojourn); W*, the
+largest W with C(W) <= 0.9 x belady, says how long requests would have to stay in flight for an
+online policy to come within 10% of belady in expectation. A single run may pass C by the draw's
+fluctuation.
 
 usage: scripts/online_ceiling.py TRACE.jsonl PATTERN SWEEP.h5 [--json OUT]
        scripts/online_ceiling.py --self-test
 """
 import argparse
 import json
+import math
 import sys
 
 BLOCK = 512  # tokens per hash block (the Mooncake format; core/workloads/mooncake_trace.h)
 
 
+class BadInput(Exception):
+    """One line naming the file and what is wrong with it."""
+
+
 def read_trace(path):
-    """[(arrival_s, input_length, hash_ids)] in file order; exits 2 naming the line on bad input."""
+    """[(arrival_s, input_length, hash_ids)] in file order, with the checks replay makes."""
     out = []
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    r = json.loads(line)
-                    ids = [int(h) for h in r["hash_ids"]]
-                    length = int(r["input_length"])
-                    ts = float(r["timestamp"]) / 1000.0
-                except (ValueError, KeyError, TypeError) as e:
-                    raise SystemExit(f"online_ceiling: {path}:{n}: not a trace request ({e})")
-                if not ids or length < 1 or length > BLOCK * len(ids):
-                    raise SystemExit(f"online_ceiling: {path}:{n}: input_length {length} does not "
-                                     f"fit {len(ids)} blocks")
-                out.append((ts, length, ids))
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as e:
-        raise SystemExit(f"online_ceiling: {path}: {e.strerror}")
+        raise BadInput(f"{path}: {e.strerror}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not UTF-8 text (byte {e.start})")
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError as e:
+            raise BadInput(f"{path}:{n}: not JSON ({e.msg})")
+        if not isinstance(r, dict):
+            raise BadInput(f"{path}:{n}: not a JSON object")
+        ts, length, ids = r.get("timestamp"), r.get("input_length"), r.get("hash_ids")
+        is_int = lambda x: isinstance(x, int) and not isinstance(x, bool)
+        if not (is_int(ts) or isinstance(ts, float)) or isinstance(ts, bool) or not math.isfinite(ts):
+            raise BadInput(f"{path}:{n}: field 'timestamp' is not a finite number")
+        if not is_int(length) or length < 1:
+            raise BadInput(f"{path}:{n}: field 'input_length' is not a positive integer")
+        if not isinstance(ids, list) or not all(is_int(h) for h in ids):
+            raise BadInput(f"{path}:{n}: field 'hash_ids' is not a list of integers")
+        if len(ids) != (length + BLOCK - 1) // BLOCK:
+            raise BadInput(f"{path}:{n}: input_length {length} needs "
+                           f"{(length + BLOCK - 1) // BLOCK} blocks, hash_ids has {len(ids)}")
+        out.append((float(ts) / 1000.0, length, ids))
     if not out:
-        raise SystemExit(f"online_ceiling: {path}: no requests")
+        raise BadInput(f"{path}: no requests")
     return out
+
+
+def check_pattern(path, reqs, pattern):
+    """The structure the pattern's law assumes: multiturn, 12 turns per session, each extending the
+    one before; agentic, a 16-block context then 16 calls of the context plus one block."""
+    seen = {}
+    for n, (_, _, ids) in enumerate(reqs, 1):
+        g = ids[0]
+        prev = seen.get(g)
+        if pattern == "multiturn":
+            if prev is not None and ids[:len(prev)] != prev:
+                raise BadInput(f"{path}: request {n} does not extend its session's last turn: "
+                               "not a multiturn trace")
+            seen[g] = ids
+        else:
+            if prev is None and len(ids) != 16 or prev is not None and (
+                    len(ids) != 17 or ids[:16] != prev):
+                raise BadInput(f"{path}: request {n} is neither a 16-block context nor a call of "
+                               "one: not an agentic trace")
+            seen.setdefault(g, ids)
+    counts = {}
+    for _, _, ids in reqs:
+        counts[ids[0]] = counts.get(ids[0], 0) + 1
+    want = 12 if pattern == "multiturn" else 17
+    bad = [g for g, c in counts.items() if c != want]
+    if bad:
+        raise BadInput(f"{path}: group of block {bad[0]} has {counts[bad[0]]} requests, the "
+                       f"{pattern} generator writes {want}")
+
+
+def fnv1a64(path):
+    h = 14695981039346656037
+    with open(path, "rb") as f:
+        for byte in f.read():
+            h = ((h ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
 
 
 class Trie:
@@ -178,8 +235,86 @@ def self_test():
     t.insert(700, [7, 8])
     assert t.shared(1024, [7, 8]) == 700 and t.shared(600, [7, 8]) == 600
     assert t.shared(1024, [7, 9]) == 512 and t.shared(100, [6]) == 0
+    # The window: every group in flight lifts the bound to the unbounded sum; W* caps at 60 s.
+    assert abs(ceiling(mt, c, 1, inf, 150.0) - (400 / 3 + 350 + 300) / 2600) < 1e-12
+    assert break_even(mt, c, 1, inf, 0.25) == 60.0 and break_even(mt, c, 1, inf, 0.2) is None
+    # Malformed and mismatched traces are refused with the line or request named.
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        def refused(text, pattern=None):
+            path = os.path.join(d, "t.jsonl")
+            with open(path, "wb") as f:
+                f.write(text)
+            try:
+                reqs = read_trace(path)
+                if pattern:
+                    check_pattern(path, reqs, pattern)
+            except BadInput as e:
+                return str(e)
+            return None
+        good = b'{"timestamp": 0, "input_length": 600, "hash_ids": [1, 2]}\n'
+        assert refused(good) is None
+        assert ":1: field 'hash_ids'" in refused(b'{"timestamp": 0, "input_length": 600, '
+                                                 b'"hash_ids": "12"}')
+        assert "needs 2 blocks" in refused(b'{"timestamp": 0, "input_length": 600, "hash_ids": [1]}')
+        assert "'input_length'" in refused(b'{"timestamp": 0, "input_length": true, "hash_ids": [1]}')
+        assert "'timestamp'" in refused(b'{"timestamp": NaN, "input_length": 6, "hash_ids": [1]}')
+        assert "not UTF-8" in refused(b"\xff\n")
+        assert "not a multiturn trace" in refused(
+            good + b'{"timestamp": 1, "input_length": 600, "hash_ids": [1, 3]}\n', "multiturn")
+        assert "writes 12" in refused(good, "multiturn")
+        assert "not an agentic trace" in refused(good, "agentic")
     print("online_ceiling self-test: ok")
     return 0
+
+
+def break_even(reqs, cands, slots, kv_tokens, target):
+    """The largest in-flight window W (s, in steps of 0.25 up to 60) with ceiling(W) <= target; None
+    if even W = 0 lies above it."""
+    if ceiling(reqs, cands, slots, kv_tokens, 0.0) > target:
+        return None
+    lo, hi = 0, 240  # quarter seconds
+    if ceiling(reqs, cands, slots, kv_tokens, hi / 4) <= target:
+        return hi / 4
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ceiling(reqs, cands, slots, kv_tokens, mid / 4) <= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo / 4
+
+
+def read_sweep(path, trace_hash):
+    import h5py
+    g = "replay/budget_sweep"
+    try:
+        with h5py.File(path, "r") as f:
+            got = int(f[g + "/trace_fnv1a64"][()][0]) & 0xFFFFFFFFFFFFFFFF
+            if got != trace_hash:
+                raise BadInput(f"{path}: a sweep of another trace (its trace hash differs)")
+            fr = [float(x) for x in f[g + "/memory_fraction"][()]]
+            pol = [p.decode() if isinstance(p, bytes) else str(p) for p in f[g + "/policies"][()]]
+            data = {}
+            for m in ("bf16", "int8"):
+                d = {k: f[f"{g}/{m}_{k}"][()] for k in ("token_hit_rate", "state_slots",
+                                                       "kv_tokens", "max_sojourn", "retractions")}
+                for k in ("token_hit_rate", "max_sojourn", "retractions"):
+                    if d[k].shape != (len(pol), len(fr)):
+                        raise BadInput(f"{path}: {g}/{m}_{k} is not [policy, fraction]")
+                for k in ("state_slots", "kv_tokens"):
+                    if d[k].shape != (len(fr),):
+                        raise BadInput(f"{path}: {g}/{m}_{k} is not [fraction]")
+                data[m] = {k: v.astype(float) for k, v in d.items()}
+    except BadInput:
+        raise
+    except (OSError, KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise BadInput(f"{path}: not a budget sweep with the ceiling's inputs "
+                       f"({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+    if "belady" not in pol:
+        raise BadInput(f"{path}: the sweep ran without belady")
+    return fr, pol, data
 
 
 def main():
@@ -197,66 +332,54 @@ def main():
               file=sys.stderr)
         return 2
     try:
-        import h5py
+        import h5py  # noqa: F401
     except ImportError:
         print("online_ceiling: needs python3-h5py", file=sys.stderr)
         return 2
     try:
         reqs = read_trace(a.trace)
-    except SystemExit as e:
-        print(e, file=sys.stderr)
-        return 2
-    g = "replay/budget_sweep"
-    try:
-        with h5py.File(a.sweep, "r") as f:
-            fr = list(f[g + "/memory_fraction"][()])
-            pol = [p.decode() if isinstance(p, bytes) else str(p) for p in f[g + "/policies"][()]]
-            data = {m: {k: f[f"{g}/{m}_{k}"][()] for k in
-                        ("token_hit_rate", "state_slots", "kv_tokens", "max_sojourn",
-                         "max_retractions")} for m in ("bf16", "int8")}
-            # The trace's prompt tokens as replay counted them: a sweep of another trace is refused.
-            counted = f.get("replay/prompt_tokens")
-            counted = int(counted[()]) if counted is not None else None
-    except (OSError, KeyError) as e:
-        print(f"online_ceiling: {a.sweep}: not a budget sweep with the ceiling's inputs ({e})",
-              file=sys.stderr)
-        return 2
-    total = sum(length for _, length, _ in reqs)
-    if counted is not None and counted != total:
-        print(f"online_ceiling: {a.sweep} replayed {counted} prompt tokens, {a.trace} has {total}: "
-              "not a sweep of this trace", file=sys.stderr)
-        return 2
-    if "belady" not in pol:
-        print(f"online_ceiling: {a.sweep}: the sweep ran without belady", file=sys.stderr)
+        check_pattern(a.trace, reqs, a.pattern)
+        fr, pol, data = read_sweep(a.sweep, fnv1a64(a.trace))
+    except BadInput as e:
+        print(f"online_ceiling: {e}", file=sys.stderr)
         return 2
     offline = {"belady", "future-count"}
     cands = candidates(reqs, a.pattern)
     rows = []
-    print(f"online_ceiling: {a.trace} ({a.pattern}, {len(reqs)} requests)")
-    print(f"{'mode':<5} {'f':>7} {'S':>6} {'KV':>9} {'belady':>7} {'online':>7} {'policy':>8} "
-          f"{'ceiling':>8} {'ceiling vs belady':>18}  note")
+    print(f"online_ceiling: {a.trace} ({a.pattern}, {len(reqs)} requests); per online policy its hit "
+          "rate / the ceiling at its own longest sojourn W; W*: the longest W whose ceiling is "
+          "at most 0.9 x belady")
     for mode in ("bf16", "int8"):
         d = data[mode]
         for fi, frac in enumerate(fr):
-            rates = {p: float(d["token_hit_rate"][pi][fi]) for pi, p in enumerate(pol)}
-            online = {p: r for p, r in rates.items() if p not in offline}
-            best = max(online, key=online.get) if online else None
-            bel = rates["belady"]
-            cap = ceiling(reqs, cands, int(d["state_slots"][fi]), int(d["kv_tokens"][fi]),
-                          float(d["max_sojourn"][fi]))
-            gap = (bel - cap) / bel if bel > 0 else 0.0
-            note = "retractions" if int(d["max_retractions"][fi]) > 0 else ""
-            rows.append({"mode": mode, "f": frac, "state_slots": int(d["state_slots"][fi]),
-                         "kv_tokens": int(d["kv_tokens"][fi]), "belady": bel,
-                         "best_online": online.get(best, 0.0), "best_online_policy": best,
-                         "ceiling": cap, "ceiling_gap_to_belady": gap,
-                         "retractions": int(d["max_retractions"][fi])})
-            print(f"{mode:<5} {frac:>7.4f} {rows[-1]['state_slots']:>6} {rows[-1]['kv_tokens']:>9} "
-                  f"{bel:>7.4f} {rows[-1]['best_online']:>7.4f} {best or '-':>8} {cap:>8.4f} "
-                  f"{100 * gap:>17.1f}%  {note}")
+            S, K = int(d["state_slots"][fi]), int(d["kv_tokens"][fi])
+            bel = float(d["token_hit_rate"][pol.index("belady")][fi])
+            w_star = break_even(reqs, cands, S, K, 0.9 * bel)
+            row = {"mode": mode, "f": frac, "state_slots": S, "kv_tokens": K, "belady": bel,
+                   "w_star_s": w_star, "policies": {}}
+            cells = []
+            for pi, name in enumerate(pol):
+                if name in offline:
+                    continue
+                w = float(d["max_sojourn"][pi][fi])
+                cap = ceiling(reqs, cands, S, K, w)
+                rate = float(d["token_hit_rate"][pi][fi])
+                row["policies"][name] = {"token_hit_rate": rate, "max_sojourn_s": w,
+                                         "ceiling": cap,
+                                         "retractions": int(d["retractions"][pi][fi])}
+                cells.append(f"{name} {rate:.3f}/{cap:.3f} (W {w:.1f}"
+                             f"{', retracts' if row['policies'][name]['retractions'] else ''})")
+            rows.append(row)
+            ws = "none" if w_star is None else f"{w_star:.2f} s"
+            print(f"{mode} f={frac:.4f} S {S} KV {K}: belady {bel:.3f}, W* {ws}; " +
+                  "; ".join(cells))
     if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"trace": a.trace, "pattern": a.pattern, "rows": rows}, f, indent=1)
+        try:
+            with open(a.json, "w", encoding="utf-8") as f:
+                json.dump({"trace": a.trace, "pattern": a.pattern, "rows": rows}, f, indent=1)
+        except OSError as e:
+            print(f"online_ceiling: {a.json}: {e.strerror}", file=sys.stderr)
+            return 2
     return 0
 
 
