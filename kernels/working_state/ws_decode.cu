@@ -164,24 +164,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
 
     // The delta rule on the rows and the readout.
     float out[RPT];
-#pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      float part = 0.0f;
-#pragma unroll
-      for (int e = 0; e < CPL; ++e) {
-        s[r][e] = wsk::mul(s[r][e], a[KDA ? e : 0]);
-        part = wsk::fma(s[r][e], kk[e], part);
-      }
-      const float wgt = wsk::mul(beta, wsk::sub(vr[r], row_sum(part)));
-      float acc = 0.0f;
-#pragma unroll
-      for (int e = 0; e < CPL; ++e) {
-        s[r][e] = wsk::fma(wgt, kk[e], s[r][e]);
-        acc = wsk::fma(s[r][e], q[e], acc);
-      }
-      out[r] = row_sum(acc);
-      if (row_ok[r]) bad |= !(fabsf(out[r]) <= 3.40282347e38f);
-    }
+    delta_rule_rows<RPT, CPL, KDA>(s, a, kk, q, beta, vr, row_ok, out, bad);
     if (p.o && sub == 0) {
       uint16_t* ot = p.o + (static_cast<int64_t>(t) * p.HV + h) * dv;
 #pragma unroll

@@ -137,6 +137,37 @@ __device__ __forceinline__ float row_sum(float x) {
   return x;
 }
 
+// The gated delta rule and the readout on a thread's RPT rows of CPL key channels, in the order
+// ws_decode_reference.h writes out: per row, S <- S * a element by element (a: the head's decay,
+// or KDA's per-channel decays, a[KDA ? e : 0]), part = the fma chain of S k over e = 0 .. CPL - 1
+// then row_sum, wgt = beta (v - part), S <- S + wgt k, acc = the fma chain of S q, out =
+// row_sum(acc). Sets `bad` when a row that exists (row_ok) has a non-finite output.
+template <int RPT, int CPL, bool KDA>
+__device__ __forceinline__ void delta_rule_rows(float (&s)[RPT][CPL], const float* a,
+                                                const float (&kk)[CPL], const float (&q)[CPL],
+                                                float beta, const float (&vr)[RPT],
+                                                const bool (&row_ok)[RPT], float (&out)[RPT],
+                                                bool& bad) {
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    float part = 0.0f;
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) {
+      s[r][e] = wsk::mul(s[r][e], a[KDA ? e : 0]);
+      part = wsk::fma(s[r][e], kk[e], part);
+    }
+    const float wgt = wsk::mul(beta, wsk::sub(vr[r], row_sum(part)));
+    float acc = 0.0f;
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) {
+      s[r][e] = wsk::fma(wgt, kk[e], s[r][e]);
+      acc = wsk::fma(s[r][e], q[e], acc);
+    }
+    out[r] = row_sum(acc);
+    if (row_ok[r]) bad |= !(fabsf(out[r]) <= 3.40282347e38f);
+  }
+}
+
 // Codes of CPL elements in the store's packing: 4 int8 / E4M3 codes or 2 bf16 values per word.
 template <Store ST, int CPL>
 struct Packed {

@@ -30,11 +30,7 @@ WS_HD float sub(float a, float b) {
 
 // a * b + c with one rounding.
 WS_HD float fma(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
+  return ws_fma(a, b, c);
 }
 
 WS_HD float sqrt(float a) {
