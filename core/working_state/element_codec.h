@@ -174,14 +174,14 @@ WS_HD uint32_t ws_byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 // with inv[e] = fl(1 / s[e]) of an amax-derived scale (|x| <= amax, s = amax / 127, then at most
 // rounded to bf16), t = fl(x inv + 768.5) lies in [512, 1024), where floats are 2^-14 apart; its
 // bits hold floor(t) - 512 in bits 14..22 and the fraction in bits 0..13. With P = x inv exact
-// and q = x / s: t is P + 768.5 rounded once, so where t is not an integer, P + 0.5 lies at least
-// 2^-15 from every integer; |q - P| <= 2 * 2^-24 |q| <= 1.6e-5 < 2^-15 (|q| < 127.5), so q is no
-// half-integer, lies on P's side of each, and rint(q) = floor(P + 0.5) = floor(t) - 768, whose
-// low byte is bits 14..21 of t; |rint(q)| <= 127, as the clamp would leave it. `decided` keeps
-// bit 14 only while every t had a non-zero fraction (adding 0x3FFF carries into bit 14 exactly
-// then); where the caller finds it cleared (about 2^-14 of the elements) it encodes them by the
-// division (ws_int8_rne). Device cost per element: one FMA, one add, one LOP3 and 1.25 byte
-// shuffles or shifts.
+// and q = fl(x / s) (the division the element codec rounds): t is P + 768.5 rounded once, so where
+// t is not an integer, P + 0.5 lies at least 2^-15 from every integer; |q - P| <= 2 * 2^-24 |q|
+// <= 1.6e-5 < 2^-15 (|q| < 127.5), so q is no half-integer, lies on P's side of each, and rint(q) =
+// floor(P + 0.5) = floor(t) - 768, whose low byte is bits 14..21 of t; |rint(q)| <= 127, as the
+// clamp would leave it. `decided` keeps bit 14 only while every t had a non-zero fraction (adding
+// 0x3FFF carries into bit 14 exactly then); where the caller finds it cleared (about 2^-14 of the
+// elements) it encodes them by the division (ws_int8_rne). Device cost per element: one FMA, one
+// add, one LOP3 and 1.25 byte shuffles or shifts.
 WS_HD uint32_t ws_int8_codes4_grid(const float* x, const float* inv, uint32_t& decided) {
   uint32_t b[4];
   for (int e = 0; e < 4; ++e) {

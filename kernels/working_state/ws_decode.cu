@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
   const int seq = blockIdx.x, h = blockIdx.y;
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
   if (t0 >= t1) return;  // uniform over the block: no barrier is skipped by part of it
+  if (refuse_extra_tokens(p, seq, h, t1 - t0)) return;
   const int dk = p.dk, dv = p.dv;
   const int sub = threadIdx.x & 7, rg = threadIdx.x >> 3;
   const int nrg = blockDim.x >> 3;
@@ -316,8 +317,7 @@ void launch(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
 
 // The single-token kernel where it has a variant (WsDecodeArgs::max_tokens); false otherwise.
 bool launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream_t stream) {
-  if (a.max_tokens != 1 || a.init_state || a.dk != kTokenDk || p.sr || st == Store::bf16)
-    return false;
+  if (!ws_decode_runs_token_kernel(a)) return false;
   const dim3 grid(a.num_seqs, a.HV);
   const bool kda = a.gate == GateKind::kda, full = a.dv == kMaxDv;
   auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
@@ -365,6 +365,12 @@ bool ws_decode_supports(const WorkingStateFormat& f) {
   }
 }
 
+bool ws_decode_runs_token_kernel(const WsDecodeArgs& a) {
+  const WorkingStateKind k = a.format.kind;
+  return a.max_tokens == 1 && !a.init_state && a.dk == kTokenDk &&
+         (k == WorkingStateKind::int8 || k == WorkingStateKind::fp8_e4m3);
+}
+
 bool ws_decode_supports_head(int dk, int dv) {
   return (dk == 32 || dk == 64 || dk == 128) && dv >= 1 && dv <= kMaxDv;
 }
@@ -404,6 +410,7 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
     fail("working-state decode: codes, scales and init_state must be 16-byte aligned");
   WsParams p;
   p.num_seqs = a.num_seqs, p.H = a.H, p.HV = a.HV, p.dk = a.dk, p.dv = a.dv;
+  p.max_tokens = a.max_tokens;
   p.qk_l2norm = a.qk_l2norm;
   p.sr = a.format.stochastic();
   p.bf16_scale = a.format.bf16_scale;

@@ -80,9 +80,9 @@ struct WsDecodeArgs {
   uint16_t* o = nullptr;
   int32_t* error_info = nullptr;
   // 0, or 1 when no sequence of the launch has more than one token (decode): then the
-  // single-token kernel (ws_decode_token.cuh, the same bits) runs where it has a variant (int8 or
-  // fp8_e4m3 round to nearest even, d_k 128, no init_state), and a sequence with more tokens is
-  // refused, its slot unchanged, through error_info {2, sequence, value head, its tokens}.
+  // single-token kernel (ws_decode_token.cuh, the same bits) runs where it has a variant
+  // (ws_decode_runs_token_kernel), and in every kernel a sequence with more tokens is refused, its
+  // slot unchanged, through error_info {2, sequence, value head, its tokens}.
   int max_tokens = 0;
   // Optional [num_seqs, HV, d_v, d_k] fp32, 16-byte aligned: sequence s starts from
   // init_state[s] as given instead of decoding its slot (a state written from outside the format,
@@ -92,6 +92,9 @@ struct WsDecodeArgs {
 
 // True for the formats ws_decode runs (see WsDecodeArgs::format).
 bool ws_decode_supports(const WorkingStateFormat& f);
+// True when ws_decode(a) runs the single-token kernel: max_tokens 1, int8 or fp8_e4m3 rounded to
+// nearest even, d_k 128, no init_state.
+bool ws_decode_runs_token_kernel(const WsDecodeArgs& a);
 // True for the head shapes ws_decode runs: d_k 32, 64 or 128, 1 <= d_v <= 128.
 bool ws_decode_supports_head(int dk, int dv);
 
@@ -103,9 +106,10 @@ bool ws_decode_supports_head(int dk, int dv);
 void ws_decode(const WsDecodeArgs& a, cudaStream_t stream = nullptr);
 
 // Reads error_info (synchronising `stream`) and throws statecheck::Error naming the sequence,
-// value head and token of a refused head (or the sequence with more tokens than max_tokens) (its
-// offset in the launch plus `first_token`, the position of the launch's first token in the caller's
-// run); clears it for the next launch. Null: nothing.
+// value head and token of a refused head (its offset in the launch plus `first_token`, the
+// position of the launch's first token in the caller's run), or the sequence with more tokens than
+// max_tokens; error_info holds the first refusal of the launch to be recorded (others are not
+// reported, their slots unchanged too). Clears it for the next launch. Null: nothing.
 void check_ws_decode_error(int32_t* error_info, cudaStream_t stream = nullptr, int first_token = 0);
 
 // Copy-on-write of n int8 / fp8 / bf16 working slots inside one pool of the same format:

@@ -27,6 +27,7 @@ enum class Store { bf16, int8, fp8 };
 
 struct WsParams {
   int num_seqs, H, HV, dk, dv;
+  int max_tokens;  // WsDecodeArgs::max_tokens
   bool qk_l2norm, sr, bf16_scale;
   float scale;
   uint8_t* codes;
@@ -135,6 +136,19 @@ __device__ __forceinline__ float row_sum(float x) {
   x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
   x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 4));
   return x;
+}
+
+// Under max_tokens 1, a sequence with more tokens than one is refused by every kernel: block
+// (seq, h) records {2, seq, h, tokens} in error_info (the first of the launch's refusals to be
+// recorded) and returns before it touches the slot. True when refused (uniform over the block).
+__device__ __forceinline__ bool refuse_extra_tokens(const WsParams& p, int seq, int h, int tokens) {
+  if (p.max_tokens != 1 || tokens <= 1) return false;
+  if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 2) == 0) {
+    p.error_info[1] = seq;
+    p.error_info[2] = h;
+    p.error_info[3] = tokens;
+  }
+  return true;
 }
 
 // The gated delta rule and the readout on a thread's RPT rows of CPL key channels, in the order

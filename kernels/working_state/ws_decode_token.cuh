@@ -16,9 +16,9 @@
 //   - no token loop: the stored state is decoded once and encoded once.
 // Layout: one block of 256 threads per (sequence, value head); 8 lanes per state row, lane `sub`
 // owning key channels 16 sub .. 16 sub + 15; thread (row group rg, sub) holds rows rg + 32 r,
-// r < 4 (rows from d_v up are absent and tested unless FULL, d_v = 128). Errors: a sequence with
-// more than one token is refused through error_info {2, sequence, value head, its tokens} and its
-// slot left as it was; non-finite values as ws_decode.h states, {1, sequence, value head, 0}.
+// r < 4 (rows from d_v up are absent and tested unless FULL, d_v = 128). Errors as ws_decode.h
+// states: a sequence with more than one token {2, sequence, value head, its tokens}, non-finite
+// values {1, sequence, value head, 0}; either leaves the slot as it was.
 #pragma once
 
 #include <cstdint>
@@ -97,15 +97,8 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
   __shared__ __align__(16) float sm_amax[32 * kAmaxStride];  // [row group][column_slot]
   const int seq = blockIdx.x, h = blockIdx.y;
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
-  if (t0 >= t1) return;  // uniform over the block
-  if (t1 - t0 > 1) {
-    if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 2) == 0) {
-      p.error_info[1] = seq;
-      p.error_info[2] = h;
-      p.error_info[3] = t1 - t0;
-    }
-    return;
-  }
+  if (t0 >= t1) return;                                 // uniform over the block
+  if (refuse_extra_tokens(p, seq, h, t1 - t0)) return;  // launched only with max_tokens 1
   const int t = t0;
   const int tid = threadIdx.x, sub = tid & 7, rg = tid >> 3;
   const int j0 = sub * CPL;

@@ -208,6 +208,9 @@ void expect_matches_reference(const Case& c, int max_tokens) {
   DeviceBatch d(b, o0);
   WsDecodeArgs a = d.args(b);
   a.max_tokens = max_tokens;
+  if (max_tokens == 1) {
+    EXPECT_TRUE(ws_decode_runs_token_kernel(a)) << "not the single-token kernel";
+  }
   ws_decode(a);
   STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> o_ref = o0;
@@ -532,6 +535,36 @@ const std::vector<Case> kTokenCases = {
      WorkingStateKind::fp8_e4m3,
      false,
      {1, 1}},
+    // Threads without rows (d_v below the 32 row groups), d_v not a multiple of 4, one row.
+    {"int8_bf16scale_kda_H2_HV4_dv37",
+     2,
+     4,
+     128,
+     37,
+     GateKind::kda,
+     WorkingStateKind::int8,
+     true,
+     {1, 1, 0, 1}},
+    {"fp8_bf16scale_gdn_H1_HV2_dv20",
+     1,
+     2,
+     128,
+     20,
+     GateKind::gdn,
+     WorkingStateKind::fp8_e4m3,
+     true,
+     {1, 1}},
+    {"int8_gdn_H1_HV1_dv1", 1, 1, 128, 1, GateKind::gdn, WorkingStateKind::int8, false, {1, 1}},
+    {"fp8_kda_noqknorm_H2_HV4_dv128",
+     2,
+     4,
+     128,
+     128,
+     GateKind::kda,
+     WorkingStateKind::fp8_e4m3,
+     false,
+     {1, 1},
+     false},
 };
 
 INSTANTIATE_TEST_SUITE_P(Formats, WsDecodeToken, ::testing::ValuesIn(kTokenCases), case_name);
@@ -588,8 +621,9 @@ TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
   EXPECT_NO_THROW(check_ws_decode_error(d.error_info.data()));  // cleared by the first check
 }
 
-// max_tokens 1 with a sequence of two tokens: that sequence is refused with its slot unchanged,
-// the others run as the reference says; and a non-finite scale is refused as in the general kernel.
+// max_tokens 1 with a sequence of two tokens: that sequence is refused with its codes and scales
+// unchanged while the others run, in the single-token kernel and in the general one (bf16-sr);
+// and a non-finite scale is refused by the single-token kernel as by the general one.
 TEST_F(WsDecodeDevice, TokenKernelRefusesTwoTokensAndANonFiniteState) {
   Case c{"", 1, 3, 128, 128, GateKind::gdn, WorkingStateKind::int8, false, {1, 2, 1}};
   HostWsBatch b = make_batch(c, 17);
@@ -603,7 +637,12 @@ TEST_F(WsDecodeDevice, TokenKernelRefusesTwoTokensAndANonFiniteState) {
   const std::vector<int32_t> err = d.error_info.download();
   EXPECT_EQ(err[0], 2);
   EXPECT_EQ(err[1], 1);
+  EXPECT_TRUE(err[2] >= 0 && err[2] < c.HV) << err[2];
   EXPECT_EQ(err[3], 2);
+  const size_t ss = b.scales.size() / kSlots;
+  EXPECT_EQ(std::memcmp(d.scales.download().data() + b.slot_ids[1] * ss,
+                        before.scales.data() + b.slot_ids[1] * ss, ss),
+            0);
   const size_t sc = b.codes.size() / kSlots;
   const std::vector<uint8_t> codes = d.codes.download();
   EXPECT_EQ(
@@ -618,6 +657,25 @@ TEST_F(WsDecodeDevice, TokenKernelRefusesTwoTokensAndANonFiniteState) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("sequence 1 has 2 tokens"), std::string::npos) << e.what();
   }
+
+  // The general kernel (no single-token variant for bf16-sr) refuses the same way.
+  Case sr{"", 1, 3, 128, 128, GateKind::gdn, WorkingStateKind::bf16_sr, false, {1, 2, 1}};
+  HostWsBatch sb = make_batch(sr, 19);
+  const HostWsBatch sbefore = sb;
+  DeviceBatch sd(sb, o0);
+  WsDecodeArgs sa = sd.args(sb);
+  sa.max_tokens = 1;
+  EXPECT_FALSE(ws_decode_runs_token_kernel(sa));
+  ws_decode(sa);
+  STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int32_t> serr = sd.error_info.download();
+  EXPECT_EQ(serr[0], 2);
+  EXPECT_EQ(serr[1], 1);
+  EXPECT_EQ(serr[3], 2);
+  const size_t ssc = sb.codes.size() / kSlots;
+  EXPECT_EQ(std::memcmp(sd.codes.download().data() + sb.slot_ids[1] * ssc,
+                        sbefore.codes.data() + sb.slot_ids[1] * ssc, ssc),
+            0);
 
   Case one{"", 1, 3, 128, 128, GateKind::gdn, WorkingStateKind::int8, false, {1, 1, 1}};
   HostWsBatch nb = make_batch(one, 11);
