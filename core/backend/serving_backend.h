@@ -47,11 +47,11 @@ struct ServedRequest {
 enum class RestoreFrom {
   checkpoint_pool,  // int8 mode: dequantize from the checkpoint pool (copy-on-write)
   active_pool,      // bf16 single-pool mode: copy the cached active slot
-  // Working-state mode: the pool keeps states in the working format between tokens. A hit is the
-  // working-slot copy of the cached slot (codes and scales byte for byte, no decoding) and the
-  // suffix runs through the working-state decode's multi-token form; a miss prefills all but the
-  // last token with the chunked kernel into an fp32 scratch slot and runs the last token through
-  // the working-state decode from that state, which stores it in the format.
+  // Working-state mode: the pool keeps states in the working format between decode tokens. A
+  // miss prefills all but the last token with the chunked kernel into an fp32 scratch slot and
+  // runs the last token through the working-state decode from that state, which stores it in the
+  // format; a hit does the same with its suffix, from the cached slot decoded into the scratch
+  // (the format's decode, as a checkpoint load).
   working_pool,
 };
 

@@ -56,6 +56,19 @@ class CudaServingBackend : public ServingBackend {
     }
     av_ = {active_.data(), nullptr, active_conv_.data(), slots_};
     cv_ = {ck_values_.data(), ck_scales_.data(), ck_conv_.data(), 2};
+    if (has_working()) {
+      ws_geo_ = geo_;
+      ws_geo_.conv_elems = 0;
+      ws_view_ = {ws_codes_.data(), ws_scale_bytes_ ? ws_scales_.data() : nullptr, nullptr, slots_};
+      scratch_view_ = {scratch_.data(), nullptr, nullptr, slots_};
+      const WorkingStateKind k = s.working.kind;
+      const bool int8 = k == WorkingStateKind::int8 || k == WorkingStateKind::int8_sr;
+      const bool fp8 = k == WorkingStateKind::fp8_e4m3 || k == WorkingStateKind::fp8_e4m3_sr;
+      ws_codec_ = parse_codec(int8  ? "int8"
+                              : fp8 ? "fp8_e4m3"
+                                    : "bf16",
+                              s.working.bf16_scale ? Dtype::bf16 : Dtype::fp32);
+    }
 
     // One synthetic stream long enough for `parallel` of the longest prompt.
     const int64_t T_all = std::max<int64_t>(1, max_prompt) * s.parallel;
@@ -175,37 +188,31 @@ class CudaServingBackend : public ServingBackend {
 
   WorkingStateCheck check_working_state(const ServedRequest& r) override {
     need_working();
-    // The starting state of layer 0 as the reference needs it: the cached working slot's codes
-    // and scales on a hit; on a miss, the chunked prefill's fp32 state (read after the launch:
-    // the scratch slot is not written by the working-state decode).
+    // The state layer 0's last token starts from, as the reference needs it: the chunked
+    // prefill's fp32 result in the scratch (read after the launch: the working-state decode does
+    // not write it), from the cached slot decoded there on a hit, from zero on a miss.
     HostWsBatch b = reference_batch();
     const size_t codes = slot_elems_ * ws_code_bytes_, scales = ws_slot_scales() * ws_scale_bytes_;
     b.codes.resize(codes);
     b.scales.resize(scales);
     const bool hit = r.cached_tokens > 0;
-    if (hit) {
-      download(b.codes.data(), ws_codes_of(0) + (slots_ - 1) * codes, codes);
-      if (scales) download(b.scales.data(), ws_scales_of(0) + (slots_ - 1) * scales, scales);
-    }
-    const int64_t n = hit ? r.prompt_len - r.cached_tokens : 1;
     if (!hit)  // layer 0's miss starts from the zero state (timed misses reuse the scratch)
       STATECHECK_CUDA_CHECK(
           cudaMemsetAsync(scratch_.data() + slot_elems_, 0, slot_elems_ * 4, stream_));
+    const int64_t n = 1;
     DeviceBuffer<uint16_t> o(static_cast<size_t>(n) * s_.layer.HV * s_.layer.dv);
-    if (n > 0) o.fill_bytes(0xFF);
-    serve_working({r}, n > 0 ? o.data() : nullptr);
+    o.fill_bytes(0xFF);
+    serve_working({r}, o.data());
     check_ws_decode_error(error_.data(), stream_);
     STATECHECK_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (!hit) {
-      b.init_state.resize(slot_elems_);
-      download(b.init_state.data(), scratch_.data() + slot_elems_, slot_elems_ * 4);
-    }
-    // The reference's tokens: the suffix from the stream's start on a hit, token P - 1 on a miss
-    // (serve_working's layout), at the same absolute positions.
-    const int64_t t0 = hit ? 0 : r.prompt_len - 1;
+    b.init_state.resize(slot_elems_);
+    download(b.init_state.data(), scratch_.data() + slot_elems_, slot_elems_ * 4);
+    // The reference's token: the last of the suffix (placed from the stream's start) on a hit,
+    // token P - 1 on a miss (serve_working's layout), at position P - 1.
+    const int64_t t0 = hit ? r.prompt_len - r.cached_tokens - 1 : r.prompt_len - 1;
     b.slot_ids = {0};
     b.cu_seqlens = {0, static_cast<int32_t>(n)};
-    b.positions = {static_cast<int32_t>(hit ? r.cached_tokens : r.prompt_len - 1)};
+    b.positions = {static_cast<int32_t>(r.prompt_len - 1)};
     take_tokens(b, t0, n);
     std::vector<uint16_t> o_ref(o.size(), 0xFFFF);
     const std::vector<WsRefusal> refused = ws_decode_reference(b, o_ref);
@@ -326,17 +333,22 @@ class CudaServingBackend : public ServingBackend {
     }
   }
 
-  // A miss in the working-state mode for prompts of `lens` tokens, into working slots
-  // `slot_ids` (request j's fp32 scratch is slot first_scratch + j): every layer prefills all but
-  // the last token with the chunked kernel into the scratch, then the last token runs through the
-  // working-state decode from it (init_state). A one-request launch reads that token at its place
-  // in the stream (P - 1); a batch reads its last tokens from the stream's start (the same work).
+  // Prompts (a miss: from the scratch's state, zero when it matters) or suffixes (a hit: from
+  // the cached state decoded into the scratch) of `lens` tokens in the working-state mode, into
+  // working slots `slot_ids` (request j's fp32 scratch is slot first_scratch + j): every layer
+  // prefills all but the last token with the chunked kernel into the scratch, in fp32 as engines
+  // prefill, then the last token runs through the working-state decode from it (init_state). A
+  // one-request launch reads that token at its place in the stream (lens - 1); a batch reads its
+  // last tokens from the stream's start (the same work).
   // Outputs of layer 0 to `o` when given.
   // `scratch_ids` (device) lists the scratch slots first_scratch, first_scratch + 1, ...
+  // `first_pos[i]` (empty: all 0) is the absolute position of request i's first token here.
   void prefill_working(const std::vector<int64_t>& lens, const int32_t* slot_ids,
-                       const int32_t* scratch_ids, int first_scratch, uint16_t* o) {
+                       const int32_t* scratch_ids, int first_scratch, uint16_t* o,
+                       const std::vector<int64_t>& first_pos = {}) {
     std::vector<int64_t> head(lens.size()), ones(lens.size(), 1), pos(lens.size());
-    for (size_t i = 0; i < lens.size(); ++i) head[i] = lens[i] - 1, pos[i] = lens[i] - 1;
+    for (size_t i = 0; i < lens.size(); ++i)
+      head[i] = lens[i] - 1, pos[i] = (first_pos.empty() ? 0 : first_pos[i]) + lens[i] - 1;
     prefill(head, scratch_ids, reinterpret_cast<uint8_t*>(scratch_.data()), Dtype::fp32);
     const int64_t t0 = lens.size() == 1 ? lens[0] - 1 : 0;
     ws_decode_layers(ones, pos, t0, slot_ids, scratch_.data() + first_scratch * slot_elems_,
@@ -344,10 +356,12 @@ class CudaServingBackend : public ServingBackend {
   }
 
   // The requests of one batch (at most `parallel`) in the working-state mode: the h hits in
-  // slots 1 .. h copy the cached working slot and decode their suffix (from the stream's start, at
-  // positions cached_tokens ...), the misses run prefill_working in slots h + 1 ... (scratch slots
-  // 1 ...). Slot lists are the preallocated ids_ and cached_srcs_, so nothing is allocated or
-  // uploaded but the offsets. Outputs of layer 0 to `o` when given (a batch of one request only).
+  // slots 1 .. h decode the cached working slot into their scratch slots 1 .. h (checkpoint_load,
+  // the working format's decode) and run their suffix through prefill_working (from the stream's
+  // start, at positions cached_tokens ...); the misses run prefill_working in slots and scratch
+  // slots h + 1 .... Slot lists are the preallocated ids_ and cached_srcs_, so nothing is
+  // allocated or uploaded but the offsets. Outputs of layer 0 to `o` when given (a batch of one
+  // request only).
   void serve_working(const std::vector<ServedRequest>& rs, uint16_t* o) {
     need_working();
     std::vector<int64_t> hit_lens, hit_pos, miss_lens;
@@ -361,11 +375,12 @@ class CudaServingBackend : public ServingBackend {
     }
     const int h = static_cast<int>(hit_lens.size());
     if (h > 0) {
-      ws_copy(cached_srcs_.data(), ids_.data(), h);
-      ws_decode_layers(hit_lens, hit_pos, 0, ids_.data(), nullptr, 0, o);
+      checkpoint_load(ws_geo_, ws_view_, ws_codec_, scratch_view_, Dtype::fp32, cached_srcs_.data(),
+                      ids_.data(), h, stream_);
+      prefill_working(hit_lens, ids_.data(), ids_.data(), 1, o, hit_pos);
     }
     if (!miss_lens.empty())
-      prefill_working(miss_lens, ids_.data() + h, ids_.data(), 1, h == 0 ? o : nullptr);
+      prefill_working(miss_lens, ids_.data() + h, ids_.data() + h, 1 + h, h == 0 ? o : nullptr);
   }
   void donate() {
     checkpoint_store(geo_, av_, s_.temporal, cv_, s_.checkpoint, cached_slot_.data(), one_.data(),
@@ -430,6 +445,11 @@ class CudaServingBackend : public ServingBackend {
   Codec copy_;  // the slot copy of the single-pool mode
   int ws_code_bytes_, ws_scale_bytes_;
   PoolGeometry geo_;
+  // The working-state pool and the scratch seen as checkpoint pools (no conv window), and the
+  // codec whose decode is the working format's: a hit decodes its cached slot with checkpoint_load.
+  PoolGeometry ws_geo_;
+  StatePoolView ws_view_, scratch_view_;
+  Codec ws_codec_;
   DeviceBuffer<uint8_t> active_, ck_values_, ck_scales_;
   DeviceBuffer<uint8_t> ws_codes_, ws_scales_;  // the working-state pool
   DeviceBuffer<float> scratch_;                 // fp32 [L, slots, HV, d_v, d_k]: misses' prefill

@@ -1,7 +1,7 @@
 // The CUDA serving backend's int8 working-state mode (kernels/host/serving_backend.h) against the
-// working-state decode's CPU reference: a hit (slot copy of the cached working state, suffix
-// through the multi-token decode) and a miss (chunked prefill into fp32, last token through the
-// decode from that state), GDN and KDA, HV = 3H, two layers.
+// working-state decode's CPU reference: a hit (the cached working slot decoded into fp32, the
+// suffix but its last token through the chunked prefill, the last token through the decode from
+// that state) and a miss (the same from zero), GDN and KDA, HV = 3H, two layers.
 #include <gtest/gtest.h>
 
 #include "core/util/error.h"
@@ -35,13 +35,16 @@ TEST_P(ServingBackendWs, HitAndMissAgreeWithTheReferenceBitForBit) {
     const int64_t outputs = static_cast<int64_t>(s.layer.HV) * s.layer.dv;
     // A hit of 128 tokens with a 9-token suffix, and a miss of 131 tokens (two chunks and a tail).
     const WorkingStateCheck hit = backend->check_working_state({137, 128});
-    EXPECT_EQ(hit.compared, head + scales + 9 * outputs) << "bf16 scales " << bf16_scale;
+    EXPECT_EQ(hit.compared, head + scales + outputs) << "bf16 scales " << bf16_scale;
     EXPECT_EQ(hit.differing, 0) << "bf16 scales " << bf16_scale;
     const WorkingStateCheck miss = backend->check_working_state({131, 0});
     EXPECT_EQ(miss.compared, head + scales + outputs) << "bf16 scales " << bf16_scale;
     EXPECT_EQ(miss.differing, 0) << "bf16 scales " << bf16_scale;
-    // A one-token prompt: no prefill, the decode from the zero state.
+    // A one-token prompt: no prefill, the decode from the zero state; a one-token suffix: the
+    // decode from the cached state as the load decoded it.
     EXPECT_EQ(backend->check_working_state({1, 0}).differing, 0) << "bf16 scales " << bf16_scale;
+    EXPECT_EQ(backend->check_working_state({129, 128}).differing, 0)
+        << "bf16 scales " << bf16_scale;
   }
 }
 
