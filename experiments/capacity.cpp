@@ -77,8 +77,9 @@ double percentile(std::vector<double> v, double p) {
 // (`cached_tokens`), an even sample of at most `max_samples` of them; latency per probe launched
 // alone, throughput of the sample in batches of 8. The int8 points run twice: as the int8
 // checkpoint pool (mode int8: a hit dequantizes into the fp32/bf16 active slot) and as an int8
-// working state (mode int8-ws: the same cache decisions, states int8 between tokens, a hit a plain
-// slot copy and the suffix through the working-state decode), whose GPU results are checked
+// working state (mode int8-ws: the same cache decisions, states int8 between decode tokens, a hit
+// the cached slot decoded into fp32 and its suffix prefilled as a miss is, the last token through
+// the working-state decode; core/backend/serving_backend.h), whose GPU results are checked
 // against the decode's CPU reference on one hit and one miss. Recorded under capacity/cuda with
 // the summary keys capacity.cuda.*; hit_p50_ms and miss_p50_ms are over the bf16 and int8 modes,
 // the int8-ws mode has its own (capacity.cuda.int8-ws.*).
