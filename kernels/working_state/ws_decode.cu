@@ -175,14 +175,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
     if constexpr (kScaled) {
       // The column amax, after the rows (exact, so in any order; m is not live during the update).
       float m[CPL];
-#pragma unroll
-      for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
-#pragma unroll
-      for (int r = 0; r < RPT; ++r)
-        if (row_ok[r]) {
-#pragma unroll
-          for (int e = 0; e < CPL; ++e) m[e] = fmaxf(m[e], fabsf(s[r][e]));
-        }
+      row_maxima(s, row_ok, m);
 #pragma unroll
       for (int e = 0; e < CPL; ++e) {
         m[e] = fmaxf(m[e], __shfl_xor_sync(0xffffffffu, m[e], 8));

@@ -182,6 +182,21 @@ __device__ __forceinline__ void delta_rule_rows(float (&s)[RPT][CPL], const floa
   }
 }
 
+// m[e] = max over the thread's existing rows r (row_ok) of |s[r][e]|, 0 without any: the
+// thread's part of the column amax (exact, so any order of rows gives the same value).
+template <int RPT, int CPL>
+__device__ __forceinline__ void row_maxima(const float (&s)[RPT][CPL], const bool (&row_ok)[RPT],
+                                           float (&m)[CPL]) {
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < RPT; ++r)
+    if (row_ok[r]) {
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) m[e] = fmaxf(m[e], fabsf(s[r][e]));
+    }
+}
+
 // Codes of CPL elements in the store's packing: 4 int8 / E4M3 codes or 2 bf16 values per word.
 template <Store ST, int CPL>
 struct Packed {

@@ -198,14 +198,7 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
   // Each thread's maxima over its rows, per column.
   {
     float m[CPL];
-#pragma unroll
-    for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
-#pragma unroll
-    for (int r = 0; r < RPT; ++r)
-      if (row_ok[r]) {
-#pragma unroll
-        for (int e = 0; e < CPL; ++e) m[e] = fmaxf(m[e], fabsf(s[r][e]));
-      }
+    row_maxima(s, row_ok, m);
     float* dst = sm_amax + rg * kAmaxStride;
 #pragma unroll
     for (int e = 0; e < CPL; e += 4)
