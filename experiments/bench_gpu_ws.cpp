@@ -146,8 +146,9 @@ void bench_working_state(const Options& o, GpuTimer& timer, std::vector<Row>& ro
         // Decode declares one token per sequence (max_tokens 1), which takes the single-token
         // kernel where it has a variant; "_general" times the multi-token kernel on the same
         // launch for those formats.
-        const bool token_kernel =
-            dk == 128 && (kind == WorkingStateKind::int8 || kind == WorkingStateKind::fp8_e4m3);
+        WsDecodeArgs decode;
+        decode.dk = dk, decode.format = hb.format, decode.max_tokens = 1;
+        const bool token_kernel = ws_decode_runs_token_kernel(decode);
         for (const int max_tokens : token_kernel ? std::vector<int>{1, 0} : std::vector<int>{1}) {
           const std::string row = fmt::format("decode_{}_ws_{}_B{}{}", sh.name, fname, B,
                                               token_kernel && max_tokens == 0 ? "_general" : "");

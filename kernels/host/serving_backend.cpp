@@ -64,10 +64,8 @@ class CudaServingBackend : public ServingBackend {
       const WorkingStateKind k = s.working.kind;
       const bool int8 = k == WorkingStateKind::int8 || k == WorkingStateKind::int8_sr;
       const bool fp8 = k == WorkingStateKind::fp8_e4m3 || k == WorkingStateKind::fp8_e4m3_sr;
-      ws_codec_ = parse_codec(int8  ? "int8"
-                              : fp8 ? "fp8_e4m3"
-                                    : "bf16",
-                              s.working.bf16_scale ? Dtype::bf16 : Dtype::fp32);
+      const char* codec = int8 ? "int8" : fp8 ? "fp8_e4m3" : "bf16";
+      ws_codec_ = parse_codec(codec, s.working.bf16_scale ? Dtype::bf16 : Dtype::fp32);
     }
 
     // One synthetic stream long enough for `parallel` of the longest prompt.

@@ -308,9 +308,8 @@ void launch(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
     launch_variant<ST, CPL, false, false>(a, p, stream);
 }
 
-// The single-token kernel where it has a variant (WsDecodeArgs::max_tokens); false otherwise.
-bool launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream_t stream) {
-  if (!ws_decode_runs_token_kernel(a)) return false;
+// The single-token kernel (for launches ws_decode_runs_token_kernel accepts: int8 or fp8).
+void launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream_t stream) {
   const dim3 grid(a.num_seqs, a.HV);
   const bool kda = a.gate == GateKind::kda, full = a.dv == kMaxDv;
   auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
@@ -329,7 +328,6 @@ bool launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream
       full ? go(ws_decode_token_kernel<Store::fp8, false, true>)
            : go(ws_decode_token_kernel<Store::fp8, false, false>);
   }
-  return true;
 }
 
 template <Store ST>
@@ -417,8 +415,8 @@ void ws_decode(const WsDecodeArgs& a, cudaStream_t stream) {
   p.q = a.q, p.k = a.k, p.v = a.v, p.g = a.g, p.beta = a.beta, p.o = a.o;
   p.error_info = a.error_info;
   p.init_state = a.init_state;
-  if (launch_token(a, p, st, stream))
-    ;
+  if (ws_decode_runs_token_kernel(a))
+    launch_token(a, p, st, stream);
   else if (st == Store::bf16)
     launch_store<Store::bf16>(a, p, stream);
   else if (st == Store::int8)

@@ -130,11 +130,12 @@ __device__ __forceinline__ void load_f32(const float* p, float (&out)[N]) {
 }
 
 // Sum over the 8 lanes of a row (lanes differing in their low 3 bits): every lane gets
-// ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)), x_l the value of the row's lane l.
-__device__ __forceinline__ float row_sum(float x) {
-  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
-  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 4));
+// ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)), x_l the value of the row's lane l. The
+// warp's lanes in `mask` execute it (whole rows of 8).
+__device__ __forceinline__ float row_sum(float x, unsigned mask = 0xffffffffu) {
+  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 1));
+  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 2));
+  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 4));
   return x;
 }
 

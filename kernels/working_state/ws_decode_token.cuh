@@ -34,15 +34,6 @@ constexpr int kTokenDk = 128;
 constexpr int kTokenThreads = 256;
 constexpr int kAmaxStride = 132;  // floats per row group's maxima: 4 banks apart, no conflicts
 
-// Sum over the 8 lanes of a row among the warp's lanes `mask` (they all execute it): the order
-// of row_sum.
-__device__ __forceinline__ float row_sum_among(unsigned mask, float x) {
-  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 1));
-  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 2));
-  x = __fadd_rn(x, __shfl_xor_sync(mask, x, 4));
-  return x;
-}
-
 // Encodes the 16 elements x of one row chunk starting at key channel j0 with the reciprocal
 // scales inv; the scales themselves are read from `col_scale` (at column_slot) only for a chunk
 // the cheap way cannot decide, which is then encoded by the division as the element codecs do.
@@ -142,8 +133,7 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
 #pragma unroll
     for (int e = 0; e < CPL; ++e) ss = wsk::fma(x[e], x[e], ss);
     float scale = is_k ? 1.0f : p.scale;
-    if (p.qk_l2norm)
-      scale = ws_div(scale, wsk::sqrt(wsk::add(row_sum_among(0x0000FFFFu, ss), 1e-6f)));
+    if (p.qk_l2norm) scale = ws_div(scale, wsk::sqrt(wsk::add(row_sum(ss, 0x0000FFFFu), 1e-6f)));
     float* dst = is_k ? sm_k : sm_q;
 #pragma unroll
     for (int e = 0; e < CPL; e += 4)
