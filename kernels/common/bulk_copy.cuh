@@ -1,7 +1,7 @@
 // Copies between global and shared memory: bulk copies by the tensor memory accelerator (TMA),
 // with the transaction barriers (PTX mbarrier) that signal their completion, and per-thread
-// 16- and 4-byte cp.async copies (copy_async16, copy_async4, sm_80 and later). sm_90 and later (PTX
-// ISA 8.0: mbarrier expect_tx, cp.async.bulk, cp.async.bulk.commit_group / wait_group,
+// 16-byte cp.async copies (copy_async16, sm_80 and later). sm_90 and later (PTX ISA 8.0:
+// mbarrier expect_tx, cp.async.bulk, cp.async.bulk.commit_group / wait_group,
 // fence.proxy.async). Addresses are 16-byte aligned and sizes multiples of 16 bytes, at most
 // 2^20 - 1; the callers guarantee both.
 //
@@ -29,12 +29,6 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 __device__ __forceinline__ void copy_async16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
                "l"(src), "r"(valid ? 16 : 0));
-}
-
-// 4 bytes from global to shared memory (cp.async.ca; src and dst 4-byte aligned), completing at
-// the thread's wait_async_copies like copy_async16.
-__device__ __forceinline__ void copy_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(dst)), "l"(src));
 }
 
 __device__ __forceinline__ void wait_async_copies() {

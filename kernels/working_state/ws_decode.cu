@@ -23,7 +23,6 @@
 #include "core/working_state/philox.h"
 #include "kernels/codec/rounding.cuh"
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/device.h"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_decode_token.cuh"
 #include "kernels/working_state/ws_step_math.h"
@@ -271,12 +270,8 @@ Store store_of(WorkingStateKind k) {
   }
 }
 
-bool aligned_to(const void* ptr, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-}
-
 bool aligned16(const void* ptr) {
-  return aligned_to(ptr, 16);
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
 
 // Threads of a block: 8 lanes per state row, 4 rows per thread, whole warps.
@@ -315,14 +310,9 @@ void launch(const WsDecodeArgs& a, const WsParams& p, cudaStream_t stream) {
 
 // The single-token kernel (for launches ws_decode_runs_token_kernel accepts: int8 or fp8).
 void launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream_t stream) {
-  const int items = a.num_seqs * a.HV;  // below 2^31: ws_decode_runs_token_kernel
+  const dim3 grid(a.num_seqs, a.HV);
   const bool kda = a.gate == GateKind::kda, full = a.dv == kMaxDv;
-  auto go = [&](auto kernel) {
-    constexpr size_t shared = 2 * sizeof(TokenStage);
-    const int grid = std::min(
-        items, resident_blocks(reinterpret_cast<const void*>(kernel), kTokenThreads, shared));
-    kernel<<<grid, kTokenThreads, shared, stream>>>(p);
-  };
+  auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
   if (st == Store::int8) {
     if (kda)
       full ? go(ws_decode_token_kernel<Store::int8, true, true>)
@@ -369,8 +359,6 @@ bool ws_decode_supports(const WorkingStateFormat& f) {
 bool ws_decode_runs_token_kernel(const WsDecodeArgs& a) {
   const WorkingStateKind k = a.format.kind;
   return a.max_tokens == 1 && !a.init_state && a.dk == kTokenDk &&
-         static_cast<int64_t>(a.num_seqs) * a.HV <= INT32_MAX && aligned16(a.q) && aligned16(a.k) &&
-         aligned_to(a.v, 4) && aligned_to(a.g, 4) && aligned_to(a.beta, 4) &&
          (k == WorkingStateKind::int8 || k == WorkingStateKind::fp8_e4m3);
 }
 

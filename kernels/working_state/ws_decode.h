@@ -93,8 +93,7 @@ struct WsDecodeArgs {
 // True for the formats ws_decode runs (see WsDecodeArgs::format).
 bool ws_decode_supports(const WorkingStateFormat& f);
 // True when ws_decode(a) runs the single-token kernel: max_tokens 1, int8 or fp8_e4m3 rounded to
-// nearest even, d_k 128, no init_state, num_seqs x HV below 2^31, q and k 16-byte aligned, v, g
-// and beta 4-byte aligned (it copies them to shared memory by cp.async).
+// nearest even, d_k 128, no init_state.
 bool ws_decode_runs_token_kernel(const WsDecodeArgs& a);
 // True for the head shapes ws_decode runs: d_k 32, 64 or 128, 1 <= d_v <= 128.
 bool ws_decode_supports_head(int dk, int dv);

@@ -24,7 +24,6 @@
 #include <cstdint>
 
 #include "kernels/codec/rounding.cuh"
-#include "kernels/common/bulk_copy.cuh"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_step_math.h"
 
@@ -78,76 +77,26 @@ __device__ __forceinline__ void encode_token_chunk(const float (&x)[16], const f
   }
 }
 
-// One (sequence, value head) item's inputs in shared memory, filled by cp.async one item ahead:
-// the codes [d_v][d_k] as in the pool, the column scales (fp32, or bf16 in the first half), the
-// token's raw q and k rows and (d_v = 128) its v row (bf16), its decays g (one, or d_k for KDA)
-// and beta.
-struct alignas(16) TokenStage {
-  uint8_t codes[kMaxDv * kTokenDk];
-  float scales[kTokenDk];
-  float g[kTokenDk];
-  uint16_t q[kTokenDk], k[kTokenDk], v[kMaxDv];
-  float beta;
-};
-
-// Issues the copies of item `it` (sequence it / HV, value head it % HV) into `st`, when it has
-// exactly one token (the only items the kernel steps): thread (rg, sub) its rows' 16-byte chunks
-// of codes, threads 0 .. 31 the scales, 32 .. 63 q and k, 64 .. 127 v (FULL), 128 .. 255 KDA's g,
-// 128 GDN's g and 129 beta. Completes at the thread's wait_async_copies. q and k are 16-byte
-// aligned, v, g and beta 4-byte aligned (ws_decode_runs_token_kernel).
-template <Store ST, bool KDA, bool FULL>
-__device__ __forceinline__ void stage_item(const WsParams& p, int it, TokenStage& st,
-                                           const int (&rows)[4], const bool (&row_ok)[4]) {
-  constexpr int DK = kTokenDk;
-  const int seq = it / p.HV, h = it - seq * p.HV;
-  const int t = p.cu[seq];
-  if (p.cu[seq + 1] - t != 1) return;  // uniform over the block
-  const int tid = threadIdx.x, j0 = (tid & 7) * 16;
-  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
-  const int64_t th = static_cast<int64_t>(t) * p.HV + h;  // the token's value head
-  const uint8_t* codes = p.codes + head * p.dv * DK;
-#pragma unroll
-  for (int r = 0; r < 4; ++r)
-    if (FULL || row_ok[r])
-      copy_async16(st.codes + rows[r] * DK + j0, codes + rows[r] * DK + j0, true);
-  const int head_scales = head_scale_bytes<ST>(DK, p.bf16_scale);
-  if (tid < head_scales / 16)
-    copy_async16(reinterpret_cast<uint8_t*>(st.scales) + 16 * tid,
-                 static_cast<const uint8_t*>(p.scales) + head * head_scales + 16 * tid, true);
-  if (tid >= 32 && tid < 64) {
-    const bool is_k = tid >= 48;
-    const int c = tid & 15;
-    const int kh = h / (p.HV / p.H);
-    copy_async16((is_k ? st.k : st.q) + 8 * c,
-                 (is_k ? p.k : p.q) + (static_cast<int64_t>(t) * p.H + kh) * DK + 8 * c, true);
-  }
-  if (FULL && tid >= 64 && tid < 128)
-    copy_async4(st.v + 2 * (tid - 64), p.v + th * kMaxDv + 2 * (tid - 64));
-  if constexpr (KDA) {
-    if (tid >= 128) copy_async4(st.g + tid - 128, p.g + th * DK + tid - 128);
-  } else if (tid == 128) {
-    copy_async4(st.g, p.g + th);
-  }
-  if (tid == 129) copy_async4(&st.beta, p.beta + th);
-}
-
-// Persistent: grid min(num_seqs x HV, resident blocks), kTokenThreads threads, 2 x
-// sizeof(TokenStage) bytes of dynamic shared memory; block b takes items b, b + gridDim.x, ... and
-// copies the next item's inputs into one stage while it steps the current one from the other. ST:
-// int8 or fp8 (round to nearest even); FULL: d_v = 128, so no row is tested.
+// Grid (num_seqs, HV), kTokenThreads threads. ST: int8 or fp8 (round to nearest even); FULL:
+// d_v = 128, so no row is tested.
 template <Store ST, bool KDA, bool FULL>
 __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsParams p) {
   constexpr int CPL = 16, RPT = 4, NW = 4, DK = kTokenDk;
   // Per-column values sit at column_slot (the 8 lanes of a row read 8 different bank groups).
   __shared__ __align__(16) float sm_q[DK], sm_k[DK], sm_a[KDA ? DK : 4];
   __shared__ __align__(16) float sm_scale[DK], sm_inv[DK];
-  __shared__ __align__(16) float sm_amax[32 * kAmaxStride];    // [row group][column_slot]
-  extern __shared__ __align__(16) unsigned char token_smem[];  // two TokenStages
-  TokenStage* stage = reinterpret_cast<TokenStage*>(token_smem);
+  __shared__ __align__(16) float sm_amax[32 * kAmaxStride];  // [row group][column_slot]
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  if (t0 >= t1) return;                                 // uniform over the block
+  if (refuse_extra_tokens(p, seq, h, t1 - t0)) return;  // launched only with max_tokens 1
+  const int t = t0;
   const int tid = threadIdx.x, sub = tid & 7, rg = tid >> 3;
   const int j0 = sub * CPL;
   const int dv = p.dv;
-  const int items = p.num_seqs * p.HV;
+  const int kh = h / (p.HV / p.H);
+  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
+  uint8_t* codes = p.codes + head * dv * DK;
   int rows[RPT];
   bool row_ok[RPT];
 #pragma unroll
@@ -155,175 +104,152 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
     rows[r] = rg + 32 * r;
     row_ok[r] = FULL || rows[r] < dv;
   }
-  if (blockIdx.x < items) stage_item<ST, KDA, FULL>(p, blockIdx.x, stage[0], rows, row_ok);
 
-  for (int it = blockIdx.x, b = 0; it < items; it += gridDim.x, b ^= 1) {
-    const int next = it + gridDim.x;
-    const TokenStage& st = stage[b];
-    const int seq = it / p.HV, h = it - seq * p.HV;
-    const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
-    if (t0 >= t1 || refuse_extra_tokens(p, seq, h, t1 - t0)) {  // uniform; nothing was staged
-      if (next < items) stage_item<ST, KDA, FULL>(p, next, stage[b ^ 1], rows, row_ok);
-      continue;
-    }
-    const int t = t0;
-    const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
-    uint8_t* codes = p.codes + head * dv * DK;
-
-    wait_async_copies();
-    __syncthreads();  // the item's stage is complete and visible, the other one free
-    if (next < items) stage_item<ST, KDA, FULL>(p, next, stage[b ^ 1], rows, row_ok);
-
-    // q and k, normalised and scaled, and the decays, once per block.
-    if (tid < 16) {
-      const bool is_k = tid >= 8;
-      float x[CPL];
-      load_bf16<CPL>((is_k ? st.k : st.q) + j0, x);
-      float ss = 0.0f;
+  // The stored state's codes and column scales, first, so their loads overlap the token's set-up.
+  uint32_t w[RPT][NW];
 #pragma unroll
-      for (int e = 0; e < CPL; ++e) ss = wsk::fma(x[e], x[e], ss);
-      float scale = is_k ? 1.0f : p.scale;
-      if (p.qk_l2norm) scale = ws_div(scale, wsk::sqrt(wsk::add(row_sum(ss, 0x0000FFFFu), 1e-6f)));
-      float* dst = is_k ? sm_k : sm_q;
-#pragma unroll
-      for (int e = 0; e < CPL; e += 4)
-        *reinterpret_cast<float4*>(dst + column_slot<CPL>(j0 + e)) =
-            make_float4(wsk::mul(x[e], scale), wsk::mul(x[e + 1], scale), wsk::mul(x[e + 2], scale),
-                        wsk::mul(x[e + 3], scale));
-    }
-    if constexpr (KDA) {
-      if (tid >= kTokenThreads - DK) {
-        const int j = tid - (kTokenThreads - DK);
-        sm_a[column_slot<CPL>(j)] = wsk::exp(st.g[j]);
-      }
-    } else if (tid == 32) {
-      sm_a[0] = wsk::exp(st.g[0]);
-    }
-    float vr[RPT];
-    if constexpr (FULL) {
-#pragma unroll
-      for (int r = 0; r < RPT; ++r) vr[r] = bf16_value(st.v[rows[r]]);
+  for (int r = 0; r < RPT; ++r) {
+    if (row_ok[r]) {
+      load_words<NW>(codes + rows[r] * DK + j0, w[r]);
     } else {
-      const uint16_t* vt = p.v + (static_cast<int64_t>(t) * p.HV + h) * dv;
 #pragma unroll
-      for (int r = 0; r < RPT; ++r) vr[r] = row_ok[r] ? bf16_value(vt[rows[r]]) : 0.0f;
+      for (int c = 0; c < NW; ++c) w[r][c] = 0u;
     }
-    const float beta = st.beta;
+  }
+  float sc[CPL];
+  const uint8_t* src_scales =
+      static_cast<const uint8_t*>(p.scales) + head * head_scale_bytes<ST>(DK, p.bf16_scale);
+  if (p.bf16_scale)
+    load_bf16<CPL>(reinterpret_cast<const uint16_t*>(src_scales) + j0, sc);
+  else
+    load_f32<CPL>(reinterpret_cast<const float*>(src_scales) + j0, sc);
 
-    // The stored state from the stage: codes and column scales, decoded.
-    float s[RPT][CPL];
-    {
-      float sc[CPL];
+  // The token's q and k, normalised and scaled, and its decays, once per block.
+  if (tid < 16) {
+    const bool is_k = tid >= 8;
+    float x[CPL];
+    load_bf16<CPL>((is_k ? p.k : p.q) + (static_cast<int64_t>(t) * p.H + kh) * DK + j0, x);
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < CPL; ++e) ss = wsk::fma(x[e], x[e], ss);
+    float scale = is_k ? 1.0f : p.scale;
+    if (p.qk_l2norm) scale = ws_div(scale, wsk::sqrt(wsk::add(row_sum(ss, 0x0000FFFFu), 1e-6f)));
+    float* dst = is_k ? sm_k : sm_q;
+#pragma unroll
+    for (int e = 0; e < CPL; e += 4)
+      *reinterpret_cast<float4*>(dst + column_slot<CPL>(j0 + e)) =
+          make_float4(wsk::mul(x[e], scale), wsk::mul(x[e + 1], scale), wsk::mul(x[e + 2], scale),
+                      wsk::mul(x[e + 3], scale));
+  }
+  if constexpr (KDA) {
+    if (tid >= kTokenThreads - DK) {
+      const int j = tid - (kTokenThreads - DK);
+      sm_a[column_slot<CPL>(j)] = wsk::exp(p.g[(static_cast<int64_t>(t) * p.HV + h) * DK + j]);
+    }
+  } else if (tid == 32) {
+    sm_a[0] = wsk::exp(p.g[static_cast<int64_t>(t) * p.HV + h]);
+  }
+  float vr[RPT];
+  const uint16_t* vt = p.v + (static_cast<int64_t>(t) * p.HV + h) * dv;
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) vr[r] = row_ok[r] ? bf16_value(vt[rows[r]]) : 0.0f;
+  const float beta = p.beta[static_cast<int64_t>(t) * p.HV + h];
+
+  float s[RPT][CPL];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) decode_chunk<ST, CPL>(w[r], sc, s[r]);
+  __syncthreads();
+  float q[CPL], kk[CPL], a[KDA ? CPL : 1];
+#pragma unroll
+  for (int e = 0; e < CPL; e += 4) {
+    const int slot = column_slot<CPL>(j0 + e);
+    const float4 qv = *reinterpret_cast<const float4*>(sm_q + slot);
+    const float4 kv = *reinterpret_cast<const float4*>(sm_k + slot);
+    q[e] = qv.x, q[e + 1] = qv.y, q[e + 2] = qv.z, q[e + 3] = qv.w;
+    kk[e] = kv.x, kk[e + 1] = kv.y, kk[e + 2] = kv.z, kk[e + 3] = kv.w;
+    if constexpr (KDA) {
+      const float4 av = *reinterpret_cast<const float4*>(sm_a + slot);
+      a[e] = av.x, a[e + 1] = av.y, a[e + 2] = av.z, a[e + 3] = av.w;
+    }
+  }
+  if constexpr (!KDA) a[0] = sm_a[0];
+
+  // The delta rule on the rows and the readout: the general kernel's operations, in its order.
+  bool bad = false;
+  float out[RPT];
+  delta_rule_rows<RPT, CPL, KDA>(s, a, kk, q, beta, vr, row_ok, out, bad);
+  if (p.o && sub == 0) {
+    uint16_t* ot = p.o + (static_cast<int64_t>(t) * p.HV + h) * dv;
+#pragma unroll
+    for (int r = 0; r < RPT; ++r)
+      if (row_ok[r]) ot[rows[r]] = ws_bf16_rne(out[r]);
+  }
+
+  // Each thread's maxima over its rows, per column.
+  {
+    float m[CPL];
+    row_maxima(s, row_ok, m);
+    float* dst = sm_amax + rg * kAmaxStride;
+#pragma unroll
+    for (int e = 0; e < CPL; e += 4)
+      *reinterpret_cast<float4*>(dst + column_slot<CPL>(j0 + e)) =
+          make_float4(m[e], m[e + 1], m[e + 2], m[e + 3]);
+  }
+  if (__syncthreads_or(bad)) {
+    if (tid == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+      p.error_info[1] = seq;
+      p.error_info[2] = h;
+      p.error_info[3] = 0;
+    }
+    return;  // the stored state and scales are left as they were
+  }
+
+  // The column scales: lanes ro = 0..7 of columns 4 cq .. 4 cq + 3 take row groups ro + 8 i, then
+  // a butterfly over the 8; lane ro < 4 forms column 4 cq + ro's scale.
+  {
+    const int cq = tid >> 3, ro = tid & 7;
+    const int slot = column_slot<CPL>(4 * cq);
+    float4 mx = *reinterpret_cast<const float4*>(sm_amax + ro * kAmaxStride + slot);
+#pragma unroll
+    for (int i = 1; i < 4; ++i) {
+      const float4 y =
+          *reinterpret_cast<const float4*>(sm_amax + (ro + 8 * i) * kAmaxStride + slot);
+      mx.x = fmaxf(mx.x, y.x), mx.y = fmaxf(mx.y, y.y), mx.z = fmaxf(mx.z, y.z),
+      mx.w = fmaxf(mx.w, y.w);
+    }
+#pragma unroll
+    for (int d = 1; d < 8; d <<= 1) {
+      mx.x = fmaxf(mx.x, __shfl_xor_sync(0xffffffffu, mx.x, d));
+      mx.y = fmaxf(mx.y, __shfl_xor_sync(0xffffffffu, mx.y, d));
+      mx.z = fmaxf(mx.z, __shfl_xor_sync(0xffffffffu, mx.z, d));
+      mx.w = fmaxf(mx.w, __shfl_xor_sync(0xffffffffu, mx.w, d));
+    }
+    if (ro < 4) {
+      const float amax = ro == 0 ? mx.x : ro == 1 ? mx.y : ro == 2 ? mx.z : mx.w;
+      const int j = 4 * cq + ro;
+      const float col = ws_column_scale(amax, ST == Store::int8 ? 127.0f : 448.0f, p.bf16_scale);
+      sm_scale[slot + ro] = col;
+      sm_inv[slot + ro] = __fdiv_rn(1.0f, col);
       if (p.bf16_scale)
-        load_bf16<CPL>(reinterpret_cast<const uint16_t*>(st.scales) + j0, sc);
+        reinterpret_cast<uint16_t*>(p.scales)[head * DK + j] = ws_bf16_rne(col);
       else
-        load_f32<CPL>(st.scales + j0, sc);
-#pragma unroll
-      for (int r = 0; r < RPT; ++r) {
-        uint32_t w[NW];
-        if (row_ok[r]) {
-          load_words<NW>(st.codes + rows[r] * DK + j0, w);
-        } else {
-#pragma unroll
-          for (int c = 0; c < NW; ++c) w[c] = 0u;
-        }
-        decode_chunk<ST, CPL>(w, sc, s[r]);
-      }
+        reinterpret_cast<float*>(p.scales)[head * DK + j] = col;
     }
-    __syncthreads();  // q, k and decays written
+  }
+  __syncthreads();
 
-    float q[CPL], kk[CPL], a[KDA ? CPL : 1];
+  // The codes, written in place.
+  float inv[CPL];
 #pragma unroll
-    for (int e = 0; e < CPL; e += 4) {
-      const int slot = column_slot<CPL>(j0 + e);
-      const float4 qv = *reinterpret_cast<const float4*>(sm_q + slot);
-      const float4 kv = *reinterpret_cast<const float4*>(sm_k + slot);
-      q[e] = qv.x, q[e + 1] = qv.y, q[e + 2] = qv.z, q[e + 3] = qv.w;
-      kk[e] = kv.x, kk[e + 1] = kv.y, kk[e + 2] = kv.z, kk[e + 3] = kv.w;
-      if constexpr (KDA) {
-        const float4 av = *reinterpret_cast<const float4*>(sm_a + slot);
-        a[e] = av.x, a[e + 1] = av.y, a[e + 2] = av.z, a[e + 3] = av.w;
-      }
-    }
-    if constexpr (!KDA) a[0] = sm_a[0];
-
-    // The delta rule on the rows and the readout: the general kernel's operations, in its order.
-    bool bad = false;
-    float out[RPT];
-    delta_rule_rows<RPT, CPL, KDA>(s, a, kk, q, beta, vr, row_ok, out, bad);
-    if (p.o && sub == 0) {
-      uint16_t* ot = p.o + (static_cast<int64_t>(t) * p.HV + h) * dv;
+  for (int e = 0; e < CPL; e += 4) {
+    const float4 b = *reinterpret_cast<const float4*>(sm_inv + column_slot<CPL>(j0 + e));
+    inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
+  }
 #pragma unroll
-      for (int r = 0; r < RPT; ++r)
-        if (row_ok[r]) ot[rows[r]] = ws_bf16_rne(out[r]);
-    }
-
-    // Each thread's maxima over its rows, per column.
-    {
-      float m[CPL];
-      row_maxima(s, row_ok, m);
-      float* dst = sm_amax + rg * kAmaxStride;
-#pragma unroll
-      for (int e = 0; e < CPL; e += 4)
-        *reinterpret_cast<float4*>(dst + column_slot<CPL>(j0 + e)) =
-            make_float4(m[e], m[e + 1], m[e + 2], m[e + 3]);
-    }
-    if (__syncthreads_or(bad)) {
-      if (tid == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-        p.error_info[1] = seq;
-        p.error_info[2] = h;
-        p.error_info[3] = 0;
-      }
-      continue;  // the stored state and scales are left as they were
-    }
-
-    // The column scales: lanes ro = 0..7 of columns 4 cq .. 4 cq + 3 take row groups ro + 8 i,
-    // then a butterfly over the 8; lane ro < 4 forms column 4 cq + ro's scale.
-    {
-      const int cq = tid >> 3, ro = tid & 7;
-      const int slot = column_slot<CPL>(4 * cq);
-      float4 mx = *reinterpret_cast<const float4*>(sm_amax + ro * kAmaxStride + slot);
-#pragma unroll
-      for (int i = 1; i < 4; ++i) {
-        const float4 y =
-            *reinterpret_cast<const float4*>(sm_amax + (ro + 8 * i) * kAmaxStride + slot);
-        mx.x = fmaxf(mx.x, y.x), mx.y = fmaxf(mx.y, y.y), mx.z = fmaxf(mx.z, y.z),
-        mx.w = fmaxf(mx.w, y.w);
-      }
-#pragma unroll
-      for (int d = 1; d < 8; d <<= 1) {
-        mx.x = fmaxf(mx.x, __shfl_xor_sync(0xffffffffu, mx.x, d));
-        mx.y = fmaxf(mx.y, __shfl_xor_sync(0xffffffffu, mx.y, d));
-        mx.z = fmaxf(mx.z, __shfl_xor_sync(0xffffffffu, mx.z, d));
-        mx.w = fmaxf(mx.w, __shfl_xor_sync(0xffffffffu, mx.w, d));
-      }
-      if (ro < 4) {
-        const float amax = ro == 0 ? mx.x : ro == 1 ? mx.y : ro == 2 ? mx.z : mx.w;
-        const int j = 4 * cq + ro;
-        const float col = ws_column_scale(amax, ST == Store::int8 ? 127.0f : 448.0f, p.bf16_scale);
-        sm_scale[slot + ro] = col;
-        sm_inv[slot + ro] = __fdiv_rn(1.0f, col);
-        if (p.bf16_scale)
-          reinterpret_cast<uint16_t*>(p.scales)[head * DK + j] = ws_bf16_rne(col);
-        else
-          reinterpret_cast<float*>(p.scales)[head * DK + j] = col;
-      }
-    }
-    __syncthreads();
-
-    // The codes, written in place.
-    float inv[CPL];
-#pragma unroll
-    for (int e = 0; e < CPL; e += 4) {
-      const float4 b = *reinterpret_cast<const float4*>(sm_inv + column_slot<CPL>(j0 + e));
-      inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
-    }
-#pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      uint32_t wd[NW];
-      encode_token_chunk<ST>(s[r], inv, sm_scale, j0, wd);
-      if (row_ok[r]) store_words<NW>(codes + static_cast<int64_t>(rows[r]) * DK + j0, wd);
-    }
+  for (int r = 0; r < RPT; ++r) {
+    uint32_t wd[NW];
+    encode_token_chunk<ST>(s[r], inv, sm_scale, j0, wd);
+    if (row_ok[r]) store_words<NW>(codes + static_cast<int64_t>(rows[r]) * DK + j0, wd);
   }
 }
 
