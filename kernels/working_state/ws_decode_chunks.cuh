@@ -183,15 +183,16 @@ __device__ __forceinline__ void delta_rule_rows(float (&s)[RPT][CPL], const floa
   }
 }
 
-// m[e] = max over the thread's existing rows r (row_ok) of |s[r][e]|, 0 without any: the
-// thread's part of the column amax (exact, so any order of rows gives the same value).
+// m[e] = max over the thread's existing rows r (row_ok, a prefix of its rows) of |s[r][e]|, 0
+// without any: the thread's part of the column amax (exact, so any order of rows gives the same
+// value; a non-finite element makes its head refused before the maxima are used).
 template <int RPT, int CPL>
 __device__ __forceinline__ void row_maxima(const float (&s)[RPT][CPL], const bool (&row_ok)[RPT],
                                            float (&m)[CPL]) {
 #pragma unroll
-  for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
+  for (int e = 0; e < CPL; ++e) m[e] = row_ok[0] ? fabsf(s[0][e]) : 0.0f;
 #pragma unroll
-  for (int r = 0; r < RPT; ++r)
+  for (int r = 1; r < RPT; ++r)
     if (row_ok[r]) {
 #pragma unroll
       for (int e = 0; e < CPL; ++e) m[e] = fmaxf(m[e], fabsf(s[r][e]));
@@ -204,9 +205,9 @@ struct Packed {
   static constexpr int kWords = ST == Store::bf16 ? CPL / 2 : CPL / 4;
 };
 
-// Element e of a packed chunk as fp32: code * scale (int8: the code made exact by the
-// magic-number trick, no conversion unit), E4M3 * scale (exact conversion through half), or the
-// bf16 value. Equal to ws_int_decode / ws_fp8_e4m3_decode(c) * s / ws_bf16_decode.
+// Element e of a packed chunk as fp32: code * scale (int8: two codes made exact halves by one
+// byte permute and one half2 subtraction, then fp32), E4M3 * scale (exact conversion through half),
+// or the bf16 value. Equal to ws_int_decode / ws_fp8_e4m3_decode(c) * s / ws_bf16_decode.
 template <Store ST, int CPL>
 __device__ __forceinline__ void decode_chunk(const uint32_t (&w)[Packed<ST, CPL>::kWords],
                                              const float (&s)[CPL], float (&x)[CPL]) {
@@ -220,11 +221,16 @@ __device__ __forceinline__ void decode_chunk(const uint32_t (&w)[Packed<ST, CPL>
 #pragma unroll
     for (int c = 0; c < CPL / 4; ++c) {
       const uint32_t biased = w[c] ^ 0x80808080u;  // code + 128 in each byte
+      // Two codes per half2: byte b under the exponent byte 0x64 is the half 1024 + b, exact, and
+      // minus 1152 the code itself (|code| <= 128: integers are exact in half below 2048).
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float code = __fsub_rn(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u | e)),
-                                     8388736.0f);  // (2^23 + code + 128) - (2^23 + 128)
-        x[4 * c + e] = __fmul_rn(code, s[4 * c + e]);
+      for (int hh = 0; hh < 2; ++hh) {
+        const uint32_t two = __byte_perm(biased, 0x64646464u, hh ? 0x4342u : 0x4140u);
+        const __half2 codes = __hsub2(*reinterpret_cast<const __half2*>(&two),
+                                      __half2half2(__ushort_as_half(0x6480u)));
+        const float2 f = __half22float2(codes);
+        x[4 * c + 2 * hh] = __fmul_rn(f.x, s[4 * c + 2 * hh]);
+        x[4 * c + 2 * hh + 1] = __fmul_rn(f.y, s[4 * c + 2 * hh + 1]);
       }
     }
   } else {
