@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include "core/working_state/element_codec.h"
@@ -183,8 +185,8 @@ __device__ __forceinline__ void delta_rule_rows(float (&s)[RPT][CPL], const floa
   }
 }
 
-// m[e] = max over the thread's existing rows r (row_ok, a prefix of its rows) of |s[r][e]|, 0
-// without any: the thread's part of the column amax (exact, so any order of rows gives the same
+// m[e] = max over the thread's existing rows r (row_ok) of |s[r][e]|, 0 without any: the
+// thread's part of the column amax (exact, so any order of rows gives the same
 // value; a non-finite element makes its head refused before the maxima are used).
 template <int RPT, int CPL>
 __device__ __forceinline__ void row_maxima(const float (&s)[RPT][CPL], const bool (&row_ok)[RPT],
@@ -226,8 +228,9 @@ __device__ __forceinline__ void decode_chunk(const uint32_t (&w)[Packed<ST, CPL>
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const uint32_t two = __byte_perm(biased, 0x64646464u, hh ? 0x4342u : 0x4140u);
-        const __half2 codes = __hsub2(*reinterpret_cast<const __half2*>(&two),
-                                      __half2half2(__ushort_as_half(0x6480u)));
+        __half2 halves;
+        memcpy(&halves, &two, sizeof two);
+        const __half2 codes = __hsub2(halves, __half2half2(__ushort_as_half(0x6480u)));
         const float2 f = __half22float2(codes);
         x[4 * c + 2 * hh] = __fmul_rn(f.x, s[4 * c + 2 * hh]);
         x[4 * c + 2 * hh + 1] = __fmul_rn(f.y, s[4 * c + 2 * hh + 1]);
