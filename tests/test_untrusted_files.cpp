@@ -34,16 +34,6 @@
 #include "tests/h5_write.h"
 #include "tests/temp_dir.h"
 
-// AddressSanitizer in this build: g++ defines __SANITIZE_ADDRESS__, clang answers __has_feature.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define STATECHECK_HAS_ASAN_FEATURE 1
-#endif
-#endif
-#ifndef STATECHECK_HAS_ASAN_FEATURE
-#define STATECHECK_HAS_ASAN_FEATURE 0
-#endif
-
 using namespace statecheck;
 using statecheck::test_support::error_of;
 using statecheck::test_support::temp_path;
@@ -121,8 +111,8 @@ TEST(UntrustedHdf5, CrashInTheReaderProcessBecomesAnError) {
 
 // Memory without bound in the reader (1 MiB blocks until 64 GiB) meets the address-space limit of
 // hdf5_child_memory_limit (here 512 MiB + 3 x 1032 x the 10 KB file; under AddressSanitizer a
-// resident-memory limit 512 MiB above it) long before the machine's, and becomes one Error naming
-// the file.
+// resident-memory limit an eighth plus 512 MiB above it) long before the machine's, and becomes one
+// Error naming the file.
 TEST(UntrustedHdf5, MemoryBlowUpInTheReaderProcessBecomesAnError) {
   const std::string path = kData + "/states/tiny_f64.h5";
   EXPECT_LT(hdf5_child_memory_limit(std::filesystem::file_size(path)), uint64_t{600} << 20);

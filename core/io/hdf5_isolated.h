@@ -42,13 +42,14 @@ unsigned hdf5_child_time_limit_s(uint64_t file_size);
 // read_hdf5_array(path, name, check) run in the reader process, whose address space is limited
 // (setrlimit RLIMIT_AS) to its size at start-up plus hdf5_child_memory_limit(file size) (in a
 // build with AddressSanitizer, whose shadow fills the address space: its resident memory, to that
-// limit plus 512 MiB) and whose wall-clock time to hdf5_child_time_limit_s(file size); the array
-// comes back over the socket. `check` runs in the calling process on the name and shape the reader
-// reports before it reads any data; what it throws ends the reader and is rethrown as is. Safe to
-// call from several threads at once. Throws statecheck::Error, one line naming the file: any error
-// of read_hdf5_array; "the HDF5 library crashed (signal N ...)" when the reader dies of a signal;
-// "needs more than N MiB" when an allocation fails under the limit; "did not finish within N s"
-// at the time limit; a failed spawn or socket.
+// limit plus an eighth plus 512 MiB) and whose wall-clock time to hdf5_child_time_limit_s(file
+// size); the array comes back over the socket. `check` runs in the calling process on the name and
+// shape the reader reports before it reads any data; what it throws ends the reader and is rethrown
+// as is. Safe to call from several threads at once. Throws statecheck::Error, one line naming the
+// file: any error of read_hdf5_array; "the HDF5 library crashed (signal N ...)" when the reader
+// dies of a signal; "needs more than N MiB" when an allocation fails under the limit (or the
+// resident memory passes it, under AddressSanitizer); "did not finish within N s" at the time
+// limit; a failed spawn or socket.
 FloatArray read_hdf5_array_isolated(const std::string& path, const std::string& name = "",
                                     const ShapeCheck& check = nullptr);
 
