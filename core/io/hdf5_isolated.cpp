@@ -309,13 +309,13 @@ void test_fault() {
 __attribute__((constructor(101))) void reader_entry() {
   const char* v = std::getenv(kReaderVar);
   if (!v) return;
-  // The value is the parent's process id. The reader dies with the thread that started it (an
-  // orphan would hold the file open until its alarm), and ends at once if that has happened
-  // already.
+  // The value is the parent's process id (1 too: statecheck may be a container's first process).
+  // The reader dies with the thread that started it (an orphan would hold the file open until its
+  // alarm), and ends at once if that has happened already.
   char* end = nullptr;
   const long parent = std::strtol(v, &end, 10);
   struct stat st;
-  if (end == v || *end != '\0' || parent <= 1 || fstat(kReaderFd, &st) != 0 ||
+  if (end == v || *end != '\0' || parent < 1 || fstat(kReaderFd, &st) != 0 ||
       !S_ISSOCK(st.st_mode)) {
     std::fprintf(stderr, "statecheck: %s is set but this is not an HDF5 reader process; unset it\n",
                  kReaderVar);
