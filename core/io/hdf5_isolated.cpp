@@ -48,9 +48,8 @@ constexpr const char* kFaultVar = "STATECHECK_HDF5_READER_TEST_FAULT";
 // Its shadow memory is reserved in the address space, so an address-space limit makes its own
 // mappings fail; under it the reader bounds its resident memory instead (rss_watch): the limit,
 // plus an eighth of it for the shadow and kAsanRssAllowanceMiB for the quarantine and the
-// allocator's metadata. Past it
-// the reader ends with exit status kOutOfMemoryExit, which the caller reports as an allocation
-// failing under the limit.
+// allocator's metadata. Past it the reader ends with exit status kOutOfMemoryExit, which the
+// caller reports as an allocation failing under the limit.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kAsan = true;
 #elif defined(__has_feature)
@@ -158,6 +157,14 @@ uint64_t address_space_bytes() {
   uint64_t pages = 0;
   in >> pages;
   return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// The error of a read that needs more memory than its limit (`limit` bytes) allows: an allocation
+// failing in the reader, or (under AddressSanitizer) the reader's memory watch ending it.
+std::string out_of_memory_message(const std::string& path, uint64_t limit) {
+  return fmt::format(
+      "{}: reading it needs more than the {} MiB this file may use (damaged or crafted metadata)",
+      path, limit >> 20);
 }
 
 // ---- the reader process ----
@@ -285,10 +292,7 @@ void test_fault() {
   } catch (const Error& e) {
     message = e.what();
   } catch (const std::bad_alloc&) {
-    message = fmt::format(
-        "{}: reading it needs more than the {} MiB this file may use (damaged or crafted "
-        "metadata)",
-        path, limit >> 20);
+    message = out_of_memory_message(path, limit);
   } catch (const std::exception& e) {
     message = fmt::format("{}: reading the HDF5 file failed ({})", path, e.what());
   }
@@ -534,11 +538,7 @@ std::string run_isolated(
   if (kAsan && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == kOutOfMemoryExit) {
     // The memory watch ended the reader; a whole result or error frame sent before it stands.
     if (complete && kind == kResult) return text;
-    if (!(complete && kind == kError))
-      fail(
-          "{}: reading it needs more than the {} MiB this file may use (damaged or crafted "
-          "metadata)",
-          path, limit >> 20);
+    if (!(complete && kind == kError)) throw Error(out_of_memory_message(path, limit));
   }
   if (complete && kind == kError) throw Error(text);
   if (!complete || kind != kResult || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)

@@ -186,8 +186,8 @@ __device__ __forceinline__ void delta_rule_rows(float (&s)[RPT][CPL], const floa
 }
 
 // m[e] = max over the thread's existing rows r (row_ok) of |s[r][e]|, 0 without any: the
-// thread's part of the column amax (exact, so any order of rows gives the same
-// value; a non-finite element makes its head refused before the maxima are used).
+// thread's part of the column amax (exact, so any order of rows gives the same value; a
+// non-finite element makes its head refused before the maxima are used).
 template <int RPT, int CPL>
 __device__ __forceinline__ void row_maxima(const float (&s)[RPT][CPL], const bool (&row_ok)[RPT],
                                            float (&m)[CPL]) {
