@@ -271,7 +271,7 @@ void describe_options(OptionGroups& d, Options& o, OptionText& t) {
   cache("trace-bad-lines", po::value(&t.trace_bad_lines)->default_value(t.trace_bad_lines),
         "replay: reject | skip malformed trace lines (each is reported with its line number)");
   cache("policy", po::value(&t.policy)->default_value(t.policy),
-        "capacity, replay: eviction policy lru | lru-used | marconi | s3fifo | bip | gds | gdsf | "
+        "capacity, replay: eviction policy lru | lru-used | marconi | s3fifo | bip | gdsf | "
         "belady | future-count, or a comma list run side by side (docs/cache_policies.md)");
   cache("k-list", po::value(&t.k_list),
         "capacity: comma list of K (default: 128..768 step 32, extended past the checkpoint pool)");

@@ -122,6 +122,24 @@ TEST(CachePolicies, MarconiKeepsTheLongPrefix) {
   EXPECT_EQ(paging_hits(PolicyKind::marconi, seq, 2, len, 0.0), 0);  // alpha 0 is LRU
 }
 
+// gdsf (policy_gdsf.cpp), traced by hand over 2 slots; H = clock at the last access + (1 + hits)
+// x V / 1 slot, V = the state's depth (its only ancestor is the root).
+// L S1 S2 repeated 3 times (L 64 tokens, S 16): S1 (H 16) goes for S2, the clock becomes 16; L
+// hits (H 16 + 2 x 64 = 144); S2 (32), S1 (48), S2 (64) then go in turn while L hits again: 2 hits,
+// where LRU cycles through all three (0).
+// A A A B C A (all 16 tokens): A's two hits give it H = 3 x 16 = 48; C evicts B (16), so A hits
+// at the end: 3 hits, the optimum. LRU (and size alone: equal sizes make GreedyDual-Size LRU)
+// evicts A, the less recent, for C: 2 hits.
+TEST(CachePolicies, GdsfKeepsLongAndFrequentPrefixes) {
+  const std::vector<int> long_short = {0, 1, 2, 0, 1, 2, 0, 1, 2};
+  EXPECT_EQ(paging_hits(PolicyKind::gdsf, long_short, 2, {64, 16, 16}), 2);
+  EXPECT_EQ(paging_hits(PolicyKind::lru, long_short, 2, {64, 16, 16}), 0);
+  const std::vector<int> frequent = {0, 0, 0, 1, 2, 0};
+  const std::vector<int> len = {16, 16, 16};
+  EXPECT_EQ(paging_hits(PolicyKind::gdsf, frequent, 2, len), 3);
+  EXPECT_EQ(paging_hits(PolicyKind::lru, frequent, 2, len), 2);
+}
+
 namespace {
 
 // Belady's MIN for paging with `slots` frames, computed directly (the independent count).
@@ -180,9 +198,10 @@ TEST(CachePolicies, BeladyIsNeverBelowAnOnlinePolicy) {
   }
 }
 
-// The paging optimum of the two hand sequences, as a cross-check of the counts above.
+// The paging optimum of the hand sequences, as a cross-check of the counts above.
 TEST(CachePolicies, HandCountsMatchTheOptimum) {
   EXPECT_EQ(min_hits(kCyclic, 2), 3);
+  EXPECT_EQ(min_hits({0, 0, 0, 1, 2, 0}, 2), 3);  // gdsf's frequent-prefix sequence
   EXPECT_EQ(paging_hits(PolicyKind::belady, {0, 1, 2, 0, 1, 2, 0, 1, 2}, 2, {64, 16, 16}),
             min_hits({0, 1, 2, 0, 1, 2, 0, 1, 2}, 2));
 }

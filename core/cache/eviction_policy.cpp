@@ -23,8 +23,6 @@ const char* policy_name(PolicyKind p) {
       return "bip";
     case PolicyKind::future_count:
       return "future-count";
-    case PolicyKind::gds:
-      return "gds";
     case PolicyKind::gdsf:
       return "gdsf";
   }
@@ -36,17 +34,16 @@ bool policy_is_offline(PolicyKind p) {
 }
 
 std::vector<PolicyKind> all_policies() {
-  return {PolicyKind::lru,          PolicyKind::lru_used, PolicyKind::marconi,
-          PolicyKind::s3fifo,       PolicyKind::belady,   PolicyKind::bip,
-          PolicyKind::future_count, PolicyKind::gds,      PolicyKind::gdsf};
+  return {PolicyKind::lru,    PolicyKind::lru_used, PolicyKind::marconi,      PolicyKind::s3fifo,
+          PolicyKind::belady, PolicyKind::bip,      PolicyKind::future_count, PolicyKind::gdsf};
 }
 
 PolicyKind parse_policy(const std::string& s) {
   for (PolicyKind p : all_policies())
     if (s == policy_name(p)) return p;
   fail(
-      "--policy: unknown eviction policy '{}' (expected lru, lru-used, marconi, s3fifo, bip, gds, "
-      "gdsf, belady or future-count)",
+      "--policy: unknown eviction policy '{}' (expected lru, lru-used, marconi, s3fifo, bip, gdsf, "
+      "belady or future-count)",
       s);
 }
 
@@ -97,10 +94,8 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(PolicyKind kind, const Poli
       return make_bip_policy();
     case PolicyKind::future_count:
       return make_future_count_policy(ctx);
-    case PolicyKind::gds:
-      return make_greedy_dual_policy(false);
     case PolicyKind::gdsf:
-      return make_greedy_dual_policy(true);
+      return make_gdsf_policy();
   }
   return nullptr;
 }

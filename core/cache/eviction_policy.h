@@ -23,9 +23,9 @@ namespace statecheck {
 class RadixTree;
 class NextUseIndex;
 
-enum class PolicyKind { lru, lru_used, marconi, s3fifo, belady, bip, future_count, gds, gdsf };
+enum class PolicyKind { lru, lru_used, marconi, s3fifo, belady, bip, future_count, gdsf };
 
-// "lru" | "lru-used" | "marconi" | "s3fifo" | "belady" | "bip" | "future-count" | "gds" | "gdsf".
+// "lru" | "lru-used" | "marconi" | "s3fifo" | "belady" | "bip" | "future-count" | "gdsf".
 const char* policy_name(PolicyKind p);
 // Whether the policy reads the future (belady, future-count): it needs the workload's next-use
 // index, is a bound rather than a deployable policy, and is never the "best online" policy.
@@ -105,8 +105,7 @@ std::unique_ptr<EvictionPolicy> make_s3fifo_policy(const PolicyContext& ctx);
 std::unique_ptr<EvictionPolicy> make_belady_policy(const PolicyContext& ctx);
 std::unique_ptr<EvictionPolicy> make_bip_policy();
 std::unique_ptr<EvictionPolicy> make_future_count_policy(const PolicyContext& ctx);
-// frequency false: gds (GreedyDual-Size); true: gdsf (GreedyDual-Size-Frequency).
-std::unique_ptr<EvictionPolicy> make_greedy_dual_policy(bool frequency);
+std::unique_ptr<EvictionPolicy> make_gdsf_policy();
 
 // 64-bit FNV-1a hash of tokens[0, n) (the prefix key of s3fifo's ghost queue and the next-use
 // index).

@@ -1,8 +1,8 @@
-// gds and gdsf: GreedyDual-Size (P. Cao and S. Irani, "Cost-Aware WWW Proxy Caching Algorithms",
-// USITS 1997) and its frequency form GreedyDual-Size-Frequency (L. Cherkasova, "Improving WWW
-// Proxies Performance with Greedy-Dual-Size-Frequency Caching Policy", HP Labs HPL-98-69, 1998),
-// adapted to the tree's candidate rule (docs/cache_policies.md). Each pool keeps its own clock L
-// (starting at 0); a candidate x is ranked by
+// gdsf: GreedyDual-Size-Frequency (L. Cherkasova, "Improving WWW Proxies Performance with
+// Greedy-Dual-Size-Frequency Caching Policy", HP Labs HPL-98-69, 1998; GreedyDual-Size: P. Cao and
+// S. Irani, "Cost-Aware WWW Proxy Caching Algorithms", USITS 1997), adapted to the tree's candidate
+// rule (docs/cache_policies.md). Each pool keeps its own clock L (starting at 0); a candidate x is
+// ranked by
 //     H(x) = L(x) + F(x) * V(x) / C(x),
 // and the lowest H is evicted (ties: the least recent candidate, the first); L then rises to that
 // H (never falls). L(x) is the pool's clock when x's state was cached or last hit: older entries
@@ -13,11 +13,11 @@
 //         lose states while x is cached (the cost of a web object is fixed; here it is not).
 //   C(x): what evicting x frees: a KV leaf (EvictPool::kv) its KV tokens with the tombstones it
 //         sweeps (RadixTree::eviction_tokens); a state (EvictPool::state) one slot.
-//   F(x): gds 1; gdsf 1 + the hits on x's state since it was cached.
+//   F(x): 1 + the hits on x's state since it was cached.
 // So a state whose ancestor state already serves most of its prefix (a conversation's later turn
 // while the earlier turn's state is kept, or a leaf a few tokens below a branching point) goes
-// before a state that alone serves a long prefix. The tree calls choose() only when a pool is
-// short; every invariant stays the tree's.
+// before a state that alone serves a long prefix, and a state hit often stays longer. The tree
+// calls choose() only when a pool is short; every invariant stays the tree's.
 #include <limits>
 #include <vector>
 
@@ -28,10 +28,9 @@ namespace statecheck {
 
 namespace {
 
-class GreedyDualPolicy final : public EvictionPolicy {
+class GdsfPolicy final : public EvictionPolicy {
  public:
-  explicit GreedyDualPolicy(bool frequency) : frequency_(frequency) {}
-  PolicyKind kind() const override { return frequency_ ? PolicyKind::gdsf : PolicyKind::gds; }
+  PolicyKind kind() const override { return PolicyKind::gdsf; }
 
   void on_state_added(const RadixTree&, int32_t node, const int32_t*, int64_t) override {
     Entry& e = entry(node);
@@ -58,7 +57,7 @@ class GreedyDualPolicy final : public EvictionPolicy {
       const double cost = pool == EvictPool::kv
                               ? static_cast<double>(std::max<int64_t>(1, tree.eviction_tokens(x)))
                               : 1.0;
-      const double f = frequency_ ? 1.0 + static_cast<double>(e.hits) : 1.0;
+      const double f = 1.0 + static_cast<double>(e.hits);
       const double h = e.clock[p] + f * static_cast<double>(tokens_lost(tree, x)) / cost;
       if (h < best_h) best = i, best_h = h;
     }
@@ -86,15 +85,14 @@ class GreedyDualPolicy final : public EvictionPolicy {
     return tokens;
   }
 
-  bool frequency_;
   double clock_[2] = {0.0, 0.0};  // L of the KV and the state pool
   std::vector<Entry> entries_;    // [node id], reset when the node receives a state
 };
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_greedy_dual_policy(bool frequency) {
-  return std::make_unique<GreedyDualPolicy>(frequency);
+std::unique_ptr<EvictionPolicy> make_gdsf_policy() {
+  return std::make_unique<GdsfPolicy>();
 }
 
 }  // namespace statecheck
