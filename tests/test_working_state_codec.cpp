@@ -77,71 +77,62 @@ TEST(WsInt8, RneAndStochasticHandValues) {
   EXPECT_EQ(ws_int4_rne(-9.0f, 1.0f), -7);
 }
 
-// The cheap int8 encode of the single-token kernel against the division (ws_int8_rne): wherever it
-// decides, every code equals the division's, on random amax-derived scales (fp32 and bf16) and on
-// values a few ulp around every half-integer code boundary; it leaves undecided only values whose
-// product lies within 2^-15 of a boundary, so random values almost never (below 4 * 2^-13 of the
-// 4-element groups), and a hand case packs negative codes in two's complement.
-TEST(WsInt8, GridEncodeEqualsTheDivisionWhereItDecides) {
-  const auto check = [](const float(&x)[4], const float(&s)[4], bool& undecided) {
-    float inv[4];
-    for (int e = 0; e < 4; ++e) inv[e] = 1.0f / s[e];
-    uint32_t decided = 0xFFFFFFFFu;
-    const uint32_t w = ws_int8_codes4_grid(x, inv, decided);
-    undecided = !(decided & 0x4000u);
-    if (undecided) return;
-    for (int e = 0; e < 4; ++e)
-      ASSERT_EQ(static_cast<int8_t>(w >> (8 * e)), ws_int8_rne(x[e], s[e]))
-          << "x " << x[e] << " s " << s[e];
+// The decode kernels' int8 encode (ws_int8_rne_recip) against rint of the exact product x inv,
+// taken in fp64 (exact: 24 x 24 bits) with ties to even: equal on hand cases (ties, negative
+// codes in two's complement), on random values of random amax-derived scales (fp32 and bf16),
+// on each column's amax itself (the code is then 127, or 126 where a bf16 scale rounded up, for
+// amax above the scale's floor of 1e-8) and on
+// values a few ulp around every half-integer boundary; never outside [-127, 127]. Against the
+// division (ws_int8_rne) the codes differ only next to a boundary: none of the random values.
+TEST(WsInt8, RecipEncodeRoundsTheExactProduct) {
+  const auto exact = [](float x, float inv) {
+    return static_cast<int>(std::nearbyint(static_cast<double>(x) * static_cast<double>(inv)));
   };
-  {
-    const float x[4] = {-1.0f, 2.0f, -127.0f, 0.4f};
-    float inv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    uint32_t decided = 0xFFFFFFFFu;
-    EXPECT_EQ(ws_int8_codes4_grid(x, inv, decided), 0x0081'02FFu);
-    EXPECT_TRUE(decided & 0x4000u);
-    const float tie[4] = {2.5f, 0.0f, 0.0f, 0.0f};  // an exact tie cannot be decided this way
-    decided = 0xFFFFFFFFu;
-    (void)ws_int8_codes4_grid(tie, inv, decided);
-    EXPECT_FALSE(decided & 0x4000u);
-  }
+  EXPECT_EQ(ws_int8_rne_recip(2.5f, 1.0f), 2);
+  EXPECT_EQ(ws_int8_rne_recip(3.5f, 1.0f), 4);
+  EXPECT_EQ(ws_int8_rne_recip(-2.5f, 1.0f), -2);
+  EXPECT_EQ(ws_int8_rne_recip(-127.0f, 1.0f), -127);
+  EXPECT_EQ(static_cast<uint8_t>(ws_int8_rne_recip(-127.0f, 1.0f)), 0x81);
+  EXPECT_EQ(ws_int8_rne_recip(0.75f, 4.0f), 3);
+  EXPECT_EQ(ws_int8_rne_recip(0.0f, 1.0f), 0);
   Rng rng(23);
-  long groups = 0, undecided_groups = 0;
+  long random_differ = 0;
   for (int n = 0; n < 200000; ++n) {
     const bool bf16 = n % 2 == 1;
-    float x[4], s[4];
-    for (int e = 0; e < 4; ++e) {
-      const float amax = static_cast<float>(
-          std::ldexp(rng.uniform(1.0, 2.0), static_cast<int>(rng.uniform(-30, 10))));
-      s[e] = ws_column_scale(amax, 127.0f, bf16);
-      x[e] = static_cast<float>(rng.uniform(-1.0, 1.0)) * amax;
-      if (e == 3) x[e] = rng.uniform(0, 1) < 0.5 ? amax : -amax;  // the column's amax itself
+    const float amax = static_cast<float>(
+        std::ldexp(rng.uniform(1.0, 2.0), static_cast<int>(rng.uniform(-30, 10))));
+    const float s = ws_column_scale(amax, 127.0f, bf16), inv = 1.0f / s;
+    const float x = static_cast<float>(rng.uniform(-1.0, 1.0)) * amax;
+    ASSERT_EQ(ws_int8_rne_recip(x, inv), exact(x, inv)) << "x " << x << " s " << s;
+    random_differ += ws_int8_rne_recip(x, inv) != ws_int8_rne(x, s);
+    for (float edge : {amax, -amax}) {
+      const int code = ws_int8_rne_recip(edge, inv);
+      ASSERT_EQ(code, exact(edge, inv));
+      if (amax < 1e-8f)  // the scale's floor: 1e-8 / 127
+        ASSERT_LE(std::abs(code), 127);
+      else
+        ASSERT_TRUE(bf16 ? (std::abs(code) == 127 || std::abs(code) == 126) : std::abs(code) == 127)
+            << "amax " << amax << " code " << code;
     }
-    bool undecided = false;
-    check(x, s, undecided);
-    ++groups;
-    undecided_groups += undecided;
   }
-  EXPECT_LT(undecided_groups, groups * 4 / 8192) << undecided_groups << " of " << groups;
-  // Around every boundary (k + 1/2) s, a few ulp either side: decided ones must round as the
-  // division does.
-  long near = 0, near_undecided = 0;
+  EXPECT_EQ(random_differ, 0);
+  long near = 0, ties_split = 0;
   for (int k = -127; k < 127; ++k)
     for (int n = 0; n < 40; ++n) {
       const float amax = static_cast<float>(std::ldexp(rng.uniform(1.0, 2.0), -3));
-      const float sc = ws_column_scale(amax, 127.0f, n % 2 == 1);
+      const float sc = ws_column_scale(amax, 127.0f, n % 2 == 1), inv = 1.0f / sc;
       float x = static_cast<float>((k + 0.5) * static_cast<double>(sc));
       for (int u = static_cast<int>(rng.uniform(-6, 6)); u != 0; u += u > 0 ? -1 : 1)
         x = std::nextafter(x, u > 0 ? INFINITY : -INFINITY);
       if (std::fabs(x) > amax) continue;
-      const float xs[4] = {x, 0.0f, 0.0f, 0.0f}, ss[4] = {sc, 1.0f, 1.0f, 1.0f};
-      bool undecided = false;
-      check(xs, ss, undecided);
+      const int code = ws_int8_rne_recip(x, inv);
+      ASSERT_EQ(code, exact(x, inv)) << "x " << x << " s " << sc;
+      ASSERT_LE(std::abs(code), 127);
       ++near;
-      near_undecided += undecided;
+      ties_split += code != ws_int8_rne(x, sc);
     }
   EXPECT_GT(near, 5000);
-  EXPECT_GT(near_undecided, 0);  // the test reached the values the division has to decide
+  EXPECT_GT(ties_split, 0);  // the test reached values where the product and the division part
 }
 
 TEST(WsFp8, RneHandValues) {

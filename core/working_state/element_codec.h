@@ -8,7 +8,9 @@
 //   bf16     RNE:  bits(x) + 0x7FFF + lsb, low 16 bits dropped (the bf16 cast of core/dtype/bf16.h)
 //   bf16-sr:       bits(x) + (r & 0xFFFF), low 16 bits dropped; a carry into the all-ones
 //                  exponent saturates to the largest finite bf16 (0x7F7F) of x's sign
-//   int8     RNE:  clamp(rint(x / s), -127, 127)           (the checkpoint codec's int8_code)
+//   int8     RNE:  clamp(rint(x / s), -127, 127)           (the checkpoint codec's int8_code);
+//                  the decode kernels take rint(x * fl(1 / s)) of the exact product instead
+//                  (ws_int8_rne_recip)
 //   int8-sr:       clamp(floor(x / s + u), -127, 127),     u = (r >> 8) * 2^-24
 //   fp8_e4m3 RNE:  OCP E4M3 of y = x / s, ties to even, |y| >= 448 saturates to +-448
 //   fp8_e4m3-sr:   E4M3 neighbours lo <= |y| < hi: away from zero (hi) iff u < (|y| - lo) / gap,
@@ -35,6 +37,16 @@ WS_HD uint32_t ws_float_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
   return u;
+#endif
+}
+
+WS_HD double ws_bits_double(uint64_t u) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(u));
+#else
+  double x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
 #endif
 }
 
@@ -156,42 +168,15 @@ WS_HD float ws_fma(float x, float y, float z) {
 #endif
 }
 
-// The bytes of {y, x} (x bytes 0-3, y bytes 4-7) picked by the low 3 bits of each of the four
-// selector nibbles of s: the CUDA __byte_perm without its sign-replicate mode.
-WS_HD uint32_t ws_byte_perm(uint32_t x, uint32_t y, uint32_t s) {
-#if defined(__CUDA_ARCH__)
-  return __byte_perm(x, y, s);
-#else
-  const uint64_t both = (static_cast<uint64_t>(y) << 32) | x;
-  uint32_t out = 0;
-  for (int i = 0; i < 4; ++i)
-    out |= static_cast<uint32_t>((both >> (8 * ((s >> (4 * i)) & 7u))) & 0xFFu) << (8 * i);
-  return out;
-#endif
-}
-
-// The int8 RNE codes of x[e] / s[e], e < 4, packed in a word (code e in byte e), the cheap way:
-// with inv[e] = fl(1 / s[e]) of an amax-derived scale (|x| <= amax, s = amax / 127, then at most
-// rounded to bf16), t = fl(x inv + 768.5) lies in [512, 1024), where floats are 2^-14 apart; its
-// bits hold floor(t) - 512 in bits 14..22 and the fraction in bits 0..13. With P = x inv exact
-// and q = fl(x / s) (the division the element codec rounds): t is P + 768.5 rounded once, so where
-// t is not an integer, P + 0.5 lies at least 2^-15 from every integer; |q - P| <= 2 * 2^-24 |q|
-// <= 1.6e-5 < 2^-15 (|q| < 127.5), so q is no half-integer, lies on P's side of each, and rint(q) =
-// floor(P + 0.5) = floor(t) - 768, whose low byte is bits 14..21 of t; |rint(q)| <= 127, as the
-// clamp would leave it. `decided` keeps bit 14 only while every t had a non-zero fraction (adding
-// 0x3FFF carries into bit 14 exactly then); where the caller finds it cleared (about 2^-14 of the
-// elements) it encodes them by the division (ws_int8_rne). Device cost per element: one FMA, one
-// add, one LOP3 and 1.25 byte shuffles or shifts.
-WS_HD uint32_t ws_int8_codes4_grid(const float* x, const float* inv, uint32_t& decided) {
-  uint32_t b[4];
-  for (int e = 0; e < 4; ++e) {
-    b[e] = ws_float_bits(ws_fma(x[e], inv[e], 768.5f));
-    decided &= (b[e] + 0x3FFFu) ^ b[e];
-  }
-  // Bytes 1 and 2 of two words side by side, shifted so that bits 14..21 of each start a half.
-  const uint32_t lo = ws_byte_perm(b[0], b[1], 0x6521u) >> 6;
-  const uint32_t hi = ws_byte_perm(b[2], b[3], 0x6521u) >> 6;
-  return ws_byte_perm(lo, hi, 0x6420u);
+// The decode kernels' int8 RNE code of x for the reciprocal scale inv = fl(1 / s): rint of the
+// exact product x inv, ties to even, from one fused multiply-add onto 1.5 * 2^23 (where floats are
+// integers: the low byte of the sum's bits is the code in two's complement). It differs from
+// ws_int8_rne (rint of fl(x / s)) only where x / s lies within about 2^-24 |x / s| of a
+// half-integer. No clamp is needed for amax-derived scales: |x| <= amax, s = amax / 127 rounded
+// to fp32 (or further to bf16, relative error below 2^-8) give |x inv| <= 127 (1 + 2^-24)^2 / (1 -
+// 2^-8), below 127.499.
+WS_HD int8_t ws_int8_rne_recip(float x, float inv) {
+  return static_cast<int8_t>(ws_float_bits(ws_fma(x, inv, 12582912.0f)) & 0xFFu);
 }
 
 WS_HD int8_t ws_int8_sr(float x, float scale, uint32_t r) {

@@ -25,6 +25,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_decode_token.cuh"
+#include "kernels/working_state/ws_decode_token_int8.cuh"
 #include "kernels/working_state/ws_step_math.h"
 
 namespace statecheck::cuda {
@@ -41,6 +42,8 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
   constexpr int NW = Packed<ST, CPL>::kWords;
   constexpr int EB = ST == Store::bf16 ? 2 : 1;  // bytes per element
   constexpr bool kScaled = ST != Store::bf16;
+  // int8 rounded to nearest even: the step on the codes (exact dot products, ws_decode_reference.h)
+  constexpr bool kExact = ST == Store::int8 && !SR;
   extern __shared__ __align__(16) float smem[];
   const int seq = blockIdx.x, h = blockIdx.y;
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
@@ -80,6 +83,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
     }
   }
   float s[RPT][CPL];
+  uint32_t cw[kExact ? RPT : 1][kExact ? NW : 1];  // kExact: the state's codes, as stored
   if (p.init_state) {
     // An fp32 state given for this launch (init_state): read as it is, not decoded.
     const float* init = p.init_state + (static_cast<int64_t>(seq) * p.HV + h) * dv * dk;
@@ -102,7 +106,12 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
 #pragma unroll
         for (int c = 0; c < NW; ++c) w[c] = 0u;
       }
-      decode_chunk<ST, CPL>(w, sc, s[r]);
+      if constexpr (kExact) {
+#pragma unroll
+        for (int c = 0; c < NW; ++c) cw[r][c] = w[c];
+      } else {
+        decode_chunk<ST, CPL>(w, sc, s[r]);
+      }
     }
   }
 
@@ -165,7 +174,12 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
 
     // The delta rule on the rows and the readout.
     float out[RPT];
-    delta_rule_rows<RPT, CPL, KDA>(s, a, kk, q, beta, vr, row_ok, out, bad);
+    if (kExact && (t > t0 || !p.init_state)) {
+      if constexpr (kExact)
+        exact_int8_rows<RPT, CPL, KDA>(cw, sc, a, kk, q, beta, vr, row_ok, s, out, bad);
+    } else {
+      delta_rule_rows<RPT, CPL, KDA>(s, a, kk, q, beta, vr, row_ok, out, bad);
+    }
     if (p.o && sub == 0) {
       uint16_t* ot = p.o + (static_cast<int64_t>(t) * p.HV + h) * dv;
 #pragma unroll
@@ -199,22 +213,43 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
     }
     const bool last = t + 1 == t1;
     if constexpr (kScaled) {
+      bool col_bad = false;  // kExact: a column amax that is not finite refuses the head
       for (int j = threadIdx.x; j < dk; j += blockDim.x) {
         const int slot = column_slot<CPL>(j);
         const float* col_max = sm_amax + buf * nwarps * dk + slot;
         float amax = 0.0f;
         for (int w = 0; w < nwarps; ++w, col_max += dk) amax = fmaxf(amax, *col_max);
+        if constexpr (kExact) col_bad |= !(amax <= 3.40282347e38f);
         const float col = ws_column_scale(amax, cmax, p.bf16_scale);
         sm_scale[buf * dk + slot] = col;
         sm_inv[buf * dk + slot] = __fdiv_rn(1.0f, col);
-        if (last) {
+        if (!kExact && last) {
           if (p.bf16_scale)
             reinterpret_cast<uint16_t*>(p.scales)[head * dk + j] = ws_bf16_rne(col);
           else
             reinterpret_cast<float*>(p.scales)[head * dk + j] = col;
         }
       }
-      __syncthreads();
+      if constexpr (kExact) {
+        if (__syncthreads_or(col_bad)) {
+          if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
+            p.error_info[1] = seq;
+            p.error_info[2] = h;
+            p.error_info[3] = t - t0;
+          }
+          return;
+        }
+        if (last)
+          for (int j = threadIdx.x; j < dk; j += blockDim.x) {
+            const float col = sm_scale[buf * dk + column_slot<CPL>(j)];
+            if (p.bf16_scale)
+              reinterpret_cast<uint16_t*>(p.scales)[head * dk + j] = ws_bf16_rne(col);
+            else
+              reinterpret_cast<float*>(p.scales)[head * dk + j] = col;
+          }
+      } else {
+        __syncthreads();
+      }
 #pragma unroll
       for (int e = 0; e < CPL; e += 4) {
         const int slot = buf * dk + column_slot<CPL>(j0 + e);
@@ -228,10 +263,16 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
       uint32_t w[NW];
-      encode_chunk<ST, CPL, SR>(p, s[r], sc, inv, key, static_cast<uint32_t>(rows[r] * dk + j0),
-                                pos, seq_id, w);
+      if constexpr (kExact)
+        encode_int8_recip<CPL>(s[r], inv, w);
+      else
+        encode_chunk<ST, CPL, SR>(p, s[r], sc, inv, key, static_cast<uint32_t>(rows[r] * dk + j0),
+                                  pos, seq_id, w);
       if (last) {
         if (row_ok[r]) store_words<NW>(codes + (static_cast<int64_t>(rows[r]) * dk + j0) * EB, w);
+      } else if constexpr (kExact) {
+#pragma unroll
+        for (int c = 0; c < NW; ++c) cw[r][c] = w[c];
       } else {
         decode_chunk<ST, CPL>(w, sc, s[r]);
       }
@@ -314,12 +355,13 @@ void launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream
   const bool kda = a.gate == GateKind::kda, full = a.dv == kMaxDv;
   auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
   if (st == Store::int8) {
+    auto go8 = [&](auto kernel) { kernel<<<grid, kInt8TokenThreads, 0, stream>>>(p); };
     if (kda)
-      full ? go(ws_decode_token_kernel<Store::int8, true, true>)
-           : go(ws_decode_token_kernel<Store::int8, true, false>);
+      full ? go8(ws_decode_token_int8_kernel<true, true>)
+           : go8(ws_decode_token_int8_kernel<true, false>);
     else
-      full ? go(ws_decode_token_kernel<Store::int8, false, true>)
-           : go(ws_decode_token_kernel<Store::int8, false, false>);
+      full ? go8(ws_decode_token_int8_kernel<false, true>)
+           : go8(ws_decode_token_int8_kernel<false, false>);
   } else {
     if (kda)
       full ? go(ws_decode_token_kernel<Store::fp8, true, true>)

@@ -185,6 +185,140 @@ __device__ __forceinline__ void delta_rule_rows(float (&s)[RPT][CPL], const floa
   }
 }
 
+// The low bytes of a, b, c, d as one word (a in byte 0).
+__device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
+}
+
+// Maximum over the 8 lanes of a row (exact, so every lane gets the same value).
+__device__ __forceinline__ float row_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+}
+
+// Integer sum over the 8 lanes of a row (exact).
+__device__ __forceinline__ int row_sum_int(int x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  return x + __shfl_xor_sync(0xffffffffu, x, 4);
+}
+
+// Code e (0..3) of a word of 4 int8 codes as fp32, exactly: the code plus 128 as the low byte
+// of the float 2^23 + (code + 128), minus 2^23 + 128 (`biased` = word ^ 0x80808080).
+__device__ __forceinline__ float int8_code_value(uint32_t biased, int e) {
+  return __fadd_rn(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u + e)), -8388736.0f);
+}
+
+// The int8 RNE codes of CPL elements x for the reciprocal scales inv, packed 4 per word
+// (ws_int8_rne_recip: one fused multiply-add each, the low bytes of the sums).
+template <int CPL>
+__device__ __forceinline__ void encode_int8_recip(const float* x, const float* inv,
+                                                  uint32_t (&w)[CPL / 4]) {
+#pragma unroll
+  for (int c = 0; c < CPL / 4; ++c) {
+    uint32_t b[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      b[e] = __float_as_uint(__fmaf_rn(x[4 * c + e], inv[4 * c + e], 12582912.0f));
+    w[c] = pack4(b[0], b[1], b[2], b[3]);
+  }
+}
+
+// The three base-256 digits (wsk::dot_digits) of 4 values x at shift E, packed as signed bytes:
+// word p holds digit p of x[0..3] in bytes 0..3.
+__device__ __forceinline__ void digit_words(const float* x, int E, uint32_t& w0, uint32_t& w1,
+                                            uint32_t& w2) {
+  uint32_t b[3][4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    int d0, d1, d2;
+    wsk::dot_digits(x[e], E, d0, d1, d2);
+    b[0][e] = static_cast<uint32_t>(d0), b[1][e] = static_cast<uint32_t>(d1),
+    b[2][e] = static_cast<uint32_t>(d2);
+  }
+  w0 = pack4(b[0][0], b[0][1], b[0][2], b[0][3]);
+  w1 = pack4(b[1][0], b[1][1], b[1][2], b[1][3]);
+  w2 = pack4(b[2][0], b[2][1], b[2][2], b[2][3]);
+}
+
+// The int8 step on a thread's RPT rows of CPL key channels from their codes cw (4 per word) and
+// column scales sc, in the order ws_decode_reference.h writes out for int8 RNE: per column
+// asc = a sc, x = asc k, y = asc q; the rows' dot products with x and y exact on base-256 digits
+// (wsk::dot_digits at the row's shared shift, 8-lane integer sums of dp4a products, then
+// wsk::dot_value); w = beta (v - S x), out = fma(w, k.q, S y) with k.q the fma chain over the
+// lane's channels then row_sum; S_new = fma(code, asc, w k) into s. A column value that is not
+// finite sets every output to NaN and `bad`; a non-finite output of an existing row sets `bad`.
+template <int RPT, int CPL, bool KDA>
+__device__ __forceinline__ void exact_int8_rows(const uint32_t (&cw)[RPT][CPL / 4],
+                                                const float (&sc)[CPL], const float* a,
+                                                const float (&kk)[CPL], const float (&q)[CPL],
+                                                float beta, const float (&vr)[RPT],
+                                                const bool (&row_ok)[RPT], float (&s)[RPT][CPL],
+                                                float (&out)[RPT], bool& bad) {
+  constexpr int NW = CPL / 4;
+  float asc[CPL], x[CPL], y[CPL];
+  bool col_bad = false;
+  float xm = 0.0f, ym = 0.0f, kq = 0.0f;
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) {
+    asc[e] = wsk::mul(a[KDA ? e : 0], sc[e]);
+    x[e] = wsk::mul(asc[e], kk[e]);
+    y[e] = wsk::mul(asc[e], q[e]);
+    col_bad |= !(fabsf(asc[e]) <= 3.40282347e38f) || !(fabsf(x[e]) <= 3.40282347e38f) ||
+               !(fabsf(y[e]) <= 3.40282347e38f);
+    xm = fmaxf(xm, fabsf(x[e]));
+    ym = fmaxf(ym, fabsf(y[e]));
+    kq = wsk::fma(kk[e], q[e], kq);
+  }
+  if (__any_sync(0xffffffffu, col_bad)) {  // every warp holds all key channels
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      out[r] = __uint_as_float(0x7FC00000u);
+#pragma unroll
+      for (int e = 0; e < CPL; ++e) s[r][e] = 0.0f;
+    }
+    bad = true;
+    return;
+  }
+  kq = row_sum(kq);
+  const int ex = wsk::dot_shift(row_max(xm)), ey = wsk::dot_shift(row_max(ym));
+  uint32_t dx[3][NW], dy[3][NW];
+#pragma unroll
+  for (int c = 0; c < NW; ++c) {
+    digit_words(x + 4 * c, ex, dx[0][c], dx[1][c], dx[2][c]);
+    digit_words(y + 4 * c, ey, dy[0][c], dy[1][c], dy[2][c]);
+  }
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    int D[6] = {0, 0, 0, 0, 0, 0};
+#pragma unroll
+    for (int c = 0; c < NW; ++c) {
+      const int code = static_cast<int>(cw[r][c]);
+#pragma unroll
+      for (int d = 0; d < 3; ++d) {
+        D[d] = __dp4a(code, static_cast<int>(dx[d][c]), D[d]);
+        D[3 + d] = __dp4a(code, static_cast<int>(dy[d][c]), D[3 + d]);
+      }
+    }
+#pragma unroll
+    for (int d = 0; d < 6; ++d) D[d] = row_sum_int(D[d]);
+    const float part = wsk::dot_value(D[0], D[1], D[2], ex);
+    const float ypart = wsk::dot_value(D[3], D[4], D[5], ey);
+    const float wgt = wsk::mul(beta, wsk::sub(vr[r], part));
+    out[r] = wsk::fma(wgt, kq, ypart);
+    if (row_ok[r]) bad |= !(fabsf(out[r]) <= 3.40282347e38f);
+#pragma unroll
+    for (int c = 0; c < NW; ++c) {
+      const uint32_t biased = cw[r][c] ^ 0x80808080u;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[r][4 * c + e] =
+            wsk::fma(int8_code_value(biased, e), asc[4 * c + e], wsk::mul(wgt, kk[4 * c + e]));
+    }
+  }
+}
+
 // m[e] = max over the thread's existing rows r (row_ok) of |s[r][e]|, 0 without any: the
 // thread's part of the column amax (exact, so any order of rows gives the same value; a
 // non-finite element makes its head refused before the maxima are used).
@@ -248,10 +382,6 @@ __device__ __forceinline__ void decode_chunk(const uint32_t (&w)[Packed<ST, CPL>
         x[4 * c + 2 * h + 1] = __fmul_rn(f.y, s[4 * c + 2 * h + 1]);
       }
   }
-}
-
-__device__ __forceinline__ uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  return __byte_perm(__byte_perm(a, b, 0x0040u), __byte_perm(c, d, 0x0040u), 0x5410u);
 }
 
 // Encodes CPL elements x of one row chunk starting at element index `element` (a multiple of 4)

@@ -95,7 +95,10 @@ std::vector<WsRefusal> ws_decode_reference(HostWsBatch& b, std::vector<uint16_t>
     fail("ws reference: init_state needs num_seqs * HV * d_v * d_k values");
 
   std::vector<WsRefusal> refused;
-  std::vector<float> S(head_elems), sc(dk), q(dk), k(dk), a(dk), amax(dk);
+  const bool int8_rne = f.kind == WorkingStateKind::int8;
+  std::vector<float> S(head_elems), sc(dk), inv(dk), q(dk), k(dk), a(dk), amax(dk);
+  std::vector<float> asc(dk), kx(dk), qx(dk);
+  std::vector<int> kd(3 * static_cast<size_t>(dk)), qd(3 * static_cast<size_t>(dk));
   std::vector<uint8_t> codes(head_elems * cb);
   for (int n = 0; n < num_seqs; ++n) {
     const int slot = b.slot_ids[n];
@@ -143,6 +146,64 @@ std::vector<WsRefusal> ws_decode_reference(HostWsBatch& b, std::vector<uint16_t>
       }
       const Philox4x32Key key =
           rounding_key(b.seed, static_cast<uint32_t>(b.layer), static_cast<uint32_t>(h));
+      // The int8 step on the codes (ws_decode_reference.h, "int8 RNE"): the dot products exact
+      // on the digits, the new state S = fma(c, a sc, w k), its column amax. True when refused.
+      auto int8_step = [&](const uint8_t* c, int t, int hv) {
+        const float beta = b.beta[static_cast<size_t>(t) * b.HV + hv];
+        bool colbad = false;
+        float kmax = 0.0f, qmax = 0.0f;
+        for (int j = 0; j < dk; ++j) {
+          asc[j] = wsk::mul(a[j], sc[j]);
+          kx[j] = wsk::mul(asc[j], k[j]);
+          qx[j] = wsk::mul(asc[j], q[j]);
+          colbad |= !(std::fabs(asc[j]) <= 3.40282347e38f) ||
+                    !(std::fabs(kx[j]) <= 3.40282347e38f) || !(std::fabs(qx[j]) <= 3.40282347e38f);
+          kmax = std::max(kmax, std::fabs(kx[j]));
+          qmax = std::max(qmax, std::fabs(qx[j]));
+        }
+        uint16_t* ot = o.data() + (static_cast<size_t>(t) * b.HV + hv) * dv;
+        if (colbad) {
+          std::fill(ot, ot + dv, uint16_t{0x7FC0});
+          return true;
+        }
+        float kq_lane[kLanes];
+        for (int L = 0; L < kLanes; ++L) {
+          kq_lane[L] = 0.0f;
+          for (int e = 0; e < CPL; ++e)
+            kq_lane[L] = wsk::fma(k[L * CPL + e], q[L * CPL + e], kq_lane[L]);
+        }
+        const float kq = sum8(kq_lane);
+        const int ek = wsk::dot_shift(kmax), eq = wsk::dot_shift(qmax);
+        for (int j = 0; j < dk; ++j) {
+          wsk::dot_digits(kx[j], ek, kd[j], kd[dk + j], kd[2 * dk + j]);
+          wsk::dot_digits(qx[j], eq, qd[j], qd[dk + j], qd[2 * dk + j]);
+        }
+        bool bad = false;
+        for (int i = 0; i < dv; ++i) {
+          const int8_t* row = reinterpret_cast<const int8_t*>(c) + static_cast<size_t>(i) * dk;
+          int Dk[3] = {0, 0, 0}, Dq[3] = {0, 0, 0};
+          for (int p = 0; p < 3; ++p)
+            for (int j = 0; j < dk; ++j) {
+              Dk[p] += row[j] * kd[p * dk + j];
+              Dq[p] += row[j] * qd[p * dk + j];
+            }
+          const float part = wsk::dot_value(Dk[0], Dk[1], Dk[2], ek);
+          const float qpart = wsk::dot_value(Dq[0], Dq[1], Dq[2], eq);
+          const float v = ws_bf16_decode(b.v[(static_cast<size_t>(t) * b.HV + hv) * dv + i]);
+          const float w = wsk::mul(beta, wsk::sub(v, part));
+          const float out = wsk::fma(w, kq, qpart);
+          ot[i] = ws_bf16_rne(out);
+          bad |= !(std::fabs(out) <= 3.40282347e38f);
+          float* srow = S.data() + static_cast<size_t>(i) * dk;
+          for (int j = 0; j < dk; ++j) {
+            srow[j] = wsk::fma(static_cast<float>(row[j]), asc[j], wsk::mul(w, k[j]));
+            const float m = std::fabs(srow[j]);
+            amax[j] = m > amax[j] ? m : amax[j];
+          }
+        }
+        for (int j = 0; j < dk; ++j) bad |= !(amax[j] <= 3.40282347e38f);
+        return bad;
+      };
       bool head_refused = false;
       for (int t = t0; t < t1 && !head_refused; ++t) {
         for (int j = 0; j < dk; ++j) {
@@ -172,32 +233,38 @@ std::vector<WsRefusal> ws_decode_reference(HostWsBatch& b, std::vector<uint16_t>
         }
         const float beta = b.beta[static_cast<size_t>(t) * b.HV + h];
         bool bad = false;
-        for (int i = 0; i < dv; ++i) {
-          float* row = S.data() + static_cast<size_t>(i) * dk;
-          float part[kLanes], acc[kLanes];
-          for (int L = 0; L < kLanes; ++L) {
-            part[L] = 0.0f;
-            for (int e = 0; e < CPL; ++e) {
-              const int j = L * CPL + e;
-              row[j] = wsk::mul(row[j], a[j]);
-              part[L] = wsk::fma(row[j], k[j], part[L]);
+        if (int8_rne && (b.init_state.empty() || t > t0)) {
+          bad = int8_step(codes.data(), t, h);
+        } else {
+          for (int i = 0; i < dv; ++i) {
+            float* row = S.data() + static_cast<size_t>(i) * dk;
+            float part[kLanes], acc[kLanes];
+            for (int L = 0; L < kLanes; ++L) {
+              part[L] = 0.0f;
+              for (int e = 0; e < CPL; ++e) {
+                const int j = L * CPL + e;
+                row[j] = wsk::mul(row[j], a[j]);
+                part[L] = wsk::fma(row[j], k[j], part[L]);
+              }
             }
-          }
-          const float v = ws_bf16_decode(b.v[(static_cast<size_t>(t) * b.HV + h) * dv + i]);
-          const float w = wsk::mul(beta, wsk::sub(v, sum8(part)));
-          for (int L = 0; L < kLanes; ++L) {
-            acc[L] = 0.0f;
-            for (int e = 0; e < CPL; ++e) {
-              const int j = L * CPL + e;
-              row[j] = wsk::fma(w, k[j], row[j]);
-              acc[L] = wsk::fma(row[j], q[j], acc[L]);
-              const float m = std::fabs(row[j]);
-              amax[j] = m > amax[j] ? m : amax[j];
+            const float v = ws_bf16_decode(b.v[(static_cast<size_t>(t) * b.HV + h) * dv + i]);
+            const float w = wsk::mul(beta, wsk::sub(v, sum8(part)));
+            for (int L = 0; L < kLanes; ++L) {
+              acc[L] = 0.0f;
+              for (int e = 0; e < CPL; ++e) {
+                const int j = L * CPL + e;
+                row[j] = wsk::fma(w, k[j], row[j]);
+                acc[L] = wsk::fma(row[j], q[j], acc[L]);
+                const float m = std::fabs(row[j]);
+                amax[j] = m > amax[j] ? m : amax[j];
+              }
             }
+            const float out = sum8(acc);
+            o[(static_cast<size_t>(t) * b.HV + h) * dv + i] = ws_bf16_rne(out);
+            bad |= !(std::fabs(out) <= 3.40282347e38f);
           }
-          const float out = sum8(acc);
-          o[(static_cast<size_t>(t) * b.HV + h) * dv + i] = ws_bf16_rne(out);
-          bad |= !(std::fabs(out) <= 3.40282347e38f);
+          if (int8_rne)
+            for (int j = 0; j < dk; ++j) bad |= !(amax[j] <= 3.40282347e38f);
         }
         if (bad) {
           refused.push_back({n, h, t - t0});
@@ -207,7 +274,10 @@ std::vector<WsRefusal> ws_decode_reference(HostWsBatch& b, std::vector<uint16_t>
         // encode(S)
         const uint32_t pos = pos0 + static_cast<uint32_t>(t - t0);
         if (cb == 1)
-          for (int j = 0; j < dk; ++j) sc[j] = ws_column_scale(amax[j], cmax, f.bf16_scale);
+          for (int j = 0; j < dk; ++j) {
+            sc[j] = ws_column_scale(amax[j], cmax, f.bf16_scale);
+            inv[j] = ws_div(1.0f, sc[j]);
+          }
         for (size_t e = 0; e < head_elems; ++e) {
           const int j = static_cast<int>(e % dk);
           const uint32_t r = sr ? rounding_word(key, static_cast<uint32_t>(e), pos, seq_id) : 0u;
@@ -219,7 +289,7 @@ std::vector<WsRefusal> ws_decode_reference(HostWsBatch& b, std::vector<uint16_t>
               break;
             }
             case WorkingStateKind::int8:
-              codes[e] = static_cast<uint8_t>(ws_int8_rne(S[e], sc[j]));
+              codes[e] = static_cast<uint8_t>(ws_int8_rne_recip(S[e], inv[j]));
               break;
             case WorkingStateKind::int8_sr:
               codes[e] = static_cast<uint8_t>(ws_int8_sr(S[e], sc[j], r));

@@ -41,19 +41,8 @@ template <Store ST>
 __device__ __forceinline__ void encode_token_chunk(const float (&x)[16], const float (&inv)[16],
                                                    const float* col_scale, int j0,
                                                    uint32_t (&w)[4]) {
-  if constexpr (ST == Store::int8) {
-    uint32_t decided = 0xFFFFFFFFu;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) w[c] = ws_int8_codes4_grid(x + 4 * c, inv + 4 * c, decided);
-    if (__builtin_expect(!(decided & 0x4000u), 0)) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float4 s = *reinterpret_cast<const float4*>(col_scale + column_slot<16>(j0 + 4 * c));
-        w[c] = pack4(int8_code_exact(x[4 * c], s.x), int8_code_exact(x[4 * c + 1], s.y),
-                     int8_code_exact(x[4 * c + 2], s.z), int8_code_exact(x[4 * c + 3], s.w));
-      }
-    }
-  } else {
+  static_assert(ST == Store::fp8, "the int8 format has its own kernel");
+  {
     uint32_t q[16];
     bool undecided = false;
 #pragma unroll

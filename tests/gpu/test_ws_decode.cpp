@@ -702,7 +702,7 @@ TEST_F(WsDecodeDevice, TokenKernelRefusesTwoTokensAndANonFiniteState) {
 // Near-ties on purpose: every key channel's column holds one code 2 (its amax) and codes -1, 0,
 // 1 elsewhere, and the step leaves the state as decoded (g = 0, beta = 0), so the requantized
 // codes of the +-1 elements sit at +-127 / 2 = +-63.5 of the new scale, give or take the scale's
-// rounding, where the cheap int8 encode (ws_int8_codes4_grid) cannot decide them.
+// rounding: next to a rounding boundary.
 const Case kNearTieCase{"", 1, 2, 128, 128, GateKind::gdn, WorkingStateKind::int8, false, {1, 1}};
 
 HostWsBatch near_tie_batch() {
@@ -719,10 +719,10 @@ HostWsBatch near_tie_batch() {
   return b;
 }
 
-// The single-token kernel on the near-tie state takes its division fallback for the chunks the
-// cheap encode leaves undecided (WsDecodeReference.NearTieStateLeavesTheCheapEncodeUndecided
-// shows they are nearly all) and equals the reference bit for bit.
-TEST_F(WsDecodeDevice, TokenKernelEncodesNearTiesByTheDivision) {
+// The single-token kernel on the near-tie state (WsDecodeReference.
+// Int8StepEncodesTheExactProductOfTheNewScale shows its codes sit next to rounding boundaries)
+// equals the reference bit for bit.
+TEST_F(WsDecodeDevice, TokenKernelEncodesNearTiesAsTheReference) {
   const Case& c = kNearTieCase;
   HostWsBatch b = near_tie_batch();
   const std::vector<uint16_t> o0(static_cast<size_t>(2) * c.HV * c.dv, 0xFFFF);
@@ -1034,40 +1034,103 @@ TEST(WsDecodeReference, StochasticRoundingFollowsTheSequenceNotTheSlot) {
             0);
 }
 
-// wsk::exp against the fp64 exponential: within 2 ulp over the gates' range [-30, 0], and at the
-// ends (0, the subnormal range, below it, NaN).
-// The premise of WsDecodeDevice.TokenKernelEncodesNearTiesByTheDivision, on the host: replaying
-// the cheap int8 encode on the near-tie state stepped by the reference (S exp(0) + 0 k, with the
-// reference's new scales), more than 90% of the chunks of 4 are undecided (the +-1 elements land
-// on integral t; expected about 127/128 x 80/81), and the reference refuses nothing.
-TEST(WsDecodeReference, NearTieStateLeavesTheCheapEncodeUndecided) {
+// The int8 step's exact dot products (ws_step_math.h): for random vectors x (magnitudes over
+// forty binades, zeros, the largest float, subnormals) dot_shift puts max |x| 2^E in [2^21, 2^22);
+// the digits are signed bytes (|d0| <= 64) that recombine to rint(x 2^E) (fp64, ties to even); and
+// dot_value of the integer sums D_p = sum_j c_j d_pj lies within the stated bound of the fp64 sum
+// of c_j x_j: 0.5 sum_j |c_j| 2^-E for the digits' rounding, plus an fp32 rounding of the result
+// and the fp64 sum's own error (infinity where the sum passes the largest float).
+TEST(WsDecodeReference, DotDigitsRecombineAndBoundTheError) {
+  EXPECT_EQ(wsk::dot_shift(0.0f), 0);
+  EXPECT_EQ(wsk::dot_shift(1.0f), 21);            // 2^21 exactly
+  EXPECT_EQ(wsk::dot_shift(0x1.fffffep-1f), 22);  // just below 1
+  EXPECT_EQ(wsk::dot_shift(3.40282347e38f), 22 - 128);
+  EXPECT_EQ(wsk::dot_shift(0x1p-149f), 22 + 148);
+  Rng rng(41);
+  for (int n = 0; n < 2000; ++n) {
+    const int dk = 128;
+    std::vector<float> x(dk);
+    std::vector<int> c(dk);
+    const int binade = static_cast<int>(rng.uniform(-40, 40));
+    float K = 0.0f;
+    for (int j = 0; j < dk; ++j) {
+      x[j] = static_cast<float>(
+          std::ldexp(rng.uniform(-1.0, 1.0), binade - static_cast<int>(rng.uniform(0, 30))));
+      if (rng.uniform(0, 1) < 0.05) x[j] = 0.0f;
+      c[j] = static_cast<int>(rng.uniform(-128, 128));
+    }
+    if (n == 0) x[0] = 3.40282347e38f;
+    if (n == 1)
+      for (int j = 0; j < dk; ++j) x[j] = static_cast<float>(j % 7) * 0x1p-149f;
+    for (float v : x) K = std::max(K, std::fabs(v));
+    const int E = wsk::dot_shift(K);
+    if (K > 0.0f) {
+      ASSERT_GE(std::ldexp(static_cast<double>(K), E), 0x1p21);
+      ASSERT_LT(std::ldexp(static_cast<double>(K), E), 0x1p22);
+    }
+    int D[3] = {0, 0, 0};
+    double exact = 0.0, bound = 0.0;
+    for (int j = 0; j < dk; ++j) {
+      int d[3];
+      wsk::dot_digits(x[j], E, d[0], d[1], d[2]);
+      for (int p = 0; p < 3; ++p) ASSERT_TRUE(d[p] >= -128 && d[p] <= 127) << d[p];
+      ASSERT_LE(std::abs(d[0]), 64);
+      const double want = std::nearbyint(std::ldexp(static_cast<double>(x[j]), E));
+      ASSERT_EQ(65536.0 * d[0] + 256.0 * d[1] + d[2], want) << "x " << x[j] << " E " << E;
+      for (int p = 0; p < 3; ++p) D[p] += c[j] * d[p];
+      exact += c[j] * static_cast<double>(x[j]);
+      bound += 0.5 * std::abs(c[j]);
+    }
+    const double got = wsk::dot_value(D[0], D[1], D[2], E);
+    bound =
+        std::ldexp(bound, -E) + std::fabs(exact) * 0x1p-23 + 0x1p-149 + std::fabs(exact) * 0x1p-50;
+    if (std::fabs(exact) > 3.40282347e38)
+      ASSERT_TRUE(std::isinf(got)) << "an fp32 overflow gives infinity";
+    else
+      ASSERT_LE(std::fabs(got - exact), bound) << "n " << n << " E " << E;
+  }
+}
+
+// The int8 encode of the reference on the near-tie state, on the host: with g = 0 and beta = 0
+// the step leaves S = fl(code x scale) (w = 0), so the new scale of column j is
+// ws_column_scale(max_i |S_ij|) and every stored code is rint(S_ij fl(1 / scale_j)) of the exact
+// product, ties to even, taken here in fp64; the reference refuses nothing, and the +-1 elements
+// really sit next to a boundary (the division would round some of them the other way).
+TEST(WsDecodeReference, Int8StepEncodesTheExactProductOfTheNewScale) {
   const Case& c = kNearTieCase;
   HostWsBatch b = near_tie_batch();
   const HostWsBatch before = b;
   std::vector<uint16_t> o(static_cast<size_t>(2) * c.HV * c.dv, 0);
   ASSERT_TRUE(ws_decode_reference(b, o).empty());
-  const float a0 = wsk::exp(0.0f);
-  int undecided = 0, chunks = 0;
+  long split = 0;
   for (int slot : b.slot_ids)
     for (int h = 0; h < c.HV; ++h)
-      for (int i = 0; i < c.dv; ++i)
-        for (int j = 0; j < c.dk; j += 4) {
-          float x[4], inv[4];
-          for (int e = 0; e < 4; ++e) {
-            const size_t at = ((static_cast<size_t>(slot) * c.HV + h) * c.dv + i) * c.dk + j + e;
-            x[e] = wsk::mul(ws_int_decode(static_cast<int8_t>(before.codes[at]),
-                                          fp32_scale(before, slot, h, j + e)),
-                            a0);
-            inv[e] = 1.0f / fp32_scale(b, slot, h, j + e);
-          }
-          uint32_t decided = 0xFFFFFFFFu;
-          ws_int8_codes4_grid(x, inv, decided);
-          undecided += !(decided & 0x4000u);
-          ++chunks;
+      for (int j = 0; j < c.dk; ++j) {
+        std::vector<float> S(c.dv);
+        float amax = 0.0f;
+        for (int i = 0; i < c.dv; ++i) {
+          const size_t at = ((static_cast<size_t>(slot) * c.HV + h) * c.dv + i) * c.dk + j;
+          S[i] = static_cast<float>(static_cast<int8_t>(before.codes[at])) *
+                 fp32_scale(before, slot, h, j);
+          amax = std::max(amax, std::fabs(S[i]));
         }
-  EXPECT_GT(undecided, chunks * 9 / 10) << undecided << " of " << chunks << " chunks undecided";
+        const float scale = ws_column_scale(amax, 127.0f, false);
+        ASSERT_EQ(fp32_scale(b, slot, h, j), scale)
+            << "slot " << slot << " head " << h << " j " << j;
+        const float inv = 1.0f / scale;
+        for (int i = 0; i < c.dv; ++i) {
+          const size_t at = ((static_cast<size_t>(slot) * c.HV + h) * c.dv + i) * c.dk + j;
+          const int want = static_cast<int>(
+              std::nearbyint(static_cast<double>(S[i]) * static_cast<double>(inv)));
+          ASSERT_EQ(static_cast<int8_t>(b.codes[at]), want) << "element " << at;
+          split += want != ws_int8_rne(S[i], scale);
+        }
+      }
+  EXPECT_GT(split, 0) << "no element of the near-tie state sat next to a boundary";
 }
 
+// wsk::exp against the fp64 exponential: within 2 ulp over the gates' range [-30, 0], and at the
+// ends (0, the subnormal range, below it, NaN).
 TEST(WsDecodeReference, ExpWithinTwoUlpOfFp64) {
   double worst = 0.0;
   for (int i = 0; i <= 200000; ++i) {
