@@ -282,31 +282,32 @@ __device__ __forceinline__ void exact_int8_rows(const uint32_t (&cw)[RPT][CPL / 
     return;
   }
   kq = row_sum(kq);
-  const int ex = wsk::dot_shift(row_max(xm)), ey = wsk::dot_shift(row_max(ym));
-  uint32_t dx[3][NW], dy[3][NW];
+  // The rows' dot products with x, then with y (one vector's digits live at a time).
+  float part[RPT], ypart[RPT];
 #pragma unroll
-  for (int c = 0; c < NW; ++c) {
-    digit_words(x + 4 * c, ex, dx[0][c], dx[1][c], dx[2][c]);
-    digit_words(y + 4 * c, ey, dy[0][c], dy[1][c], dy[2][c]);
+  for (int pass = 0; pass < 2; ++pass) {
+    const float* vec = pass == 0 ? x : y;
+    const int shift = wsk::dot_shift(row_max(pass == 0 ? xm : ym));
+    uint32_t dw[3][NW];
+#pragma unroll
+    for (int c = 0; c < NW; ++c) digit_words(vec + 4 * c, shift, dw[0][c], dw[1][c], dw[2][c]);
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      int D[3] = {0, 0, 0};
+#pragma unroll
+      for (int c = 0; c < NW; ++c)
+#pragma unroll
+        for (int d = 0; d < 3; ++d)
+          D[d] = __dp4a(static_cast<int>(cw[r][c]), static_cast<int>(dw[d][c]), D[d]);
+#pragma unroll
+      for (int d = 0; d < 3; ++d) D[d] = row_sum_int(D[d]);
+      (pass == 0 ? part : ypart)[r] = wsk::dot_value(D[0], D[1], D[2], shift);
+    }
   }
 #pragma unroll
   for (int r = 0; r < RPT; ++r) {
-    int D[6] = {0, 0, 0, 0, 0, 0};
-#pragma unroll
-    for (int c = 0; c < NW; ++c) {
-      const int code = static_cast<int>(cw[r][c]);
-#pragma unroll
-      for (int d = 0; d < 3; ++d) {
-        D[d] = __dp4a(code, static_cast<int>(dx[d][c]), D[d]);
-        D[3 + d] = __dp4a(code, static_cast<int>(dy[d][c]), D[3 + d]);
-      }
-    }
-#pragma unroll
-    for (int d = 0; d < 6; ++d) D[d] = row_sum_int(D[d]);
-    const float part = wsk::dot_value(D[0], D[1], D[2], ex);
-    const float ypart = wsk::dot_value(D[3], D[4], D[5], ey);
-    const float wgt = wsk::mul(beta, wsk::sub(vr[r], part));
-    out[r] = wsk::fma(wgt, kq, ypart);
+    const float wgt = wsk::mul(beta, wsk::sub(vr[r], part[r]));
+    out[r] = wsk::fma(wgt, kq, ypart[r]);
     if (row_ok[r]) bad |= !(fabsf(out[r]) <= 3.40282347e38f);
 #pragma unroll
     for (int c = 0; c < NW; ++c) {

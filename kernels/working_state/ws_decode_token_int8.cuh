@@ -1,6 +1,6 @@
-// The single-token int8 working-state decode kernel (ws_decode.cu, its only includer): one launch
-// of ws_decode in which no sequence has more than one token (WsDecodeArgs::max_tokens = 1), for
-// int8 rounded to nearest even at d_k = 128 without init_state. It computes the int8 step of
+// The single-token int8 working-state decode kernels (ws_decode.cu, their only includer): one
+// launch of ws_decode in which no sequence has more than one token (WsDecodeArgs::max_tokens = 1),
+// for int8 rounded to nearest even at d_k = 128 without init_state. They compute the int8 step of
 // ws_decode_reference.h bit for bit, as the general kernel does, with the row dot products on
 // tensor cores: the codes are the A operand of mma.sync m16n8k32 s8 x s8 -> s32 as loaded, and the
 // six digit columns of the token's vectors (base-256 digits of a sc k and a sc q at their shifts,
@@ -8,16 +8,21 @@
 // are exact. What is left per element is the code's conversion to fp32 (a byte permute and an
 // add), the update fma(code, a sc, w k), the column maximum and the requantization (one fused
 // multiply-add and three quarters of a byte permute).
-// Layout: one block of 256 threads per (sequence, value head); warp w holds rows 16 w .. 16 w + 15
-// as the mma's A fragments: lane (g = lane / 4, t = lane % 4) holds rows 16 w + g and 16 w + g + 8,
-// key channels 64 h + 16 t .. + 15 for h = 0, 1 (four 16-byte loads). mma kt = 2 h + i takes the
-// lane's words 2 i and 2 i + 1 of chunk h, a permutation of the k index shared with B. Errors as
-// ws_decode.h states: a sequence with more than one token {2, sequence, value head, its tokens},
-// non-finite values {1, sequence, value head, 0}; either leaves the slot as it was.
+// Layout: 256 threads per (sequence, value head); warp w holds rows 16 w .. 16 w + 15 as the mma's
+// A fragments: lane (g = lane / 4, t = lane % 4) holds rows 16 w + g and 16 w + g + 8, key channels
+// 64 c + 16 t .. + 15 for c = 0, 1 (four 16-byte loads). mma kt = 2 c + i takes the lane's words
+// 2 i and 2 i + 1 of chunk c, a permutation of the k index shared with B.
+// Two kernels run this head step: at d_v = 128 a persistent one (two blocks per SM, each walking
+// the launch's heads) copies the next head's codes, scales and token inputs into shared memory by
+// cp.async while it steps the current one, so that a block's global-memory latency (the slot id,
+// then the codes) is not on its path; other d_v take one block per head, reading global memory.
+// Errors as ws_decode.h states: a sequence with more than one token {2, sequence, value head, its
+// tokens}, non-finite values {1, sequence, value head, 0}; either leaves the slot as it was.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_step_math.h"
 
@@ -25,11 +30,13 @@ namespace statecheck::cuda {
 namespace {
 
 constexpr int kInt8TokenThreads = 256;
+constexpr int kInt8Dk = 128;
 constexpr int kDigitStride = 192;    // bytes per digit row: rows g and g + 1 in other bank groups
 constexpr int kPartialStride = 132;  // floats per row of partial maxima
+constexpr int kStageRow = 144;       // bytes per staged code row: 8 lanes' rows in 8 bank groups
 
-// Position of key channel j in the per-column arrays read by the lanes: chunk h, lane t, word m,
-// element e at ((4 h + m) * 4 + t) * 4 + e, so that the 4 lanes t of a word read 64 consecutive
+// Position of key channel j in the per-column arrays read by the lanes: chunk c, lane t, word m,
+// element e at ((4 c + m) * 4 + t) * 4 + e, so that the 4 lanes t of a word read 64 consecutive
 // bytes.
 __device__ __forceinline__ int lane_order(int j) {
   return ((((j >> 6) * 4 + ((j >> 2) & 3)) * 4 + ((j >> 4) & 3)) << 2) | (j & 3);
@@ -47,82 +54,111 @@ __device__ __forceinline__ uint32_t word_of(const uint4& x, int m) {
   return m == 0 ? x.x : m == 1 ? x.y : m == 2 ? x.z : x.w;
 }
 
-// Grid (num_seqs, HV), kInt8TokenThreads threads. FULL: d_v = 128, so no row is tested.
+// The shared memory of one head's step.
+struct alignas(16) Int8TokenShared {
+  float q[kInt8Dk], k[kInt8Dk], a[kInt8Dk];       // q, k normalised and scaled; decays (GDN: a[0])
+  float asc[kInt8Dk], kn[kInt8Dk], inv[kInt8Dk];  // a sc, k and 1 / scale at lane_order
+  float scale[kInt8Dk];                           // the new scales, by key channel
+  uint8_t digit[6 * kDigitStride];                // B: digits 0-2 of x, then of y, by key channel
+  float partial[64 * kPartialStride];             // [8 warp + g][lane_order]: maxima of 2 rows
+  float kq;
+  int shift[2];
+};
+
+// One head's staged inputs (the persistent kernel): codes [128 rows][kStageRow], scales (fp32 or
+// bf16 bits), q, k, v (bf16 bits), the gates (KDA: 128, GDN: 1) and beta.
+struct alignas(16) Int8TokenStage {
+  uint8_t codes[kInt8Dk * kStageRow];
+  float scales[kInt8Dk];
+  uint16_t q[kInt8Dk], k[kInt8Dk], v[kInt8Dk];
+  float g[kInt8Dk];
+  float beta[4];
+};
+
+static_assert(sizeof(Int8TokenShared) % 16 == 0 && sizeof(Int8TokenStage) % 16 == 0,
+              "the stages follow the step's shared memory at 16-byte alignment (cp.async)");
+
+// Where one head's step reads its stored state and token inputs: global memory or a stage.
+struct Int8HeadIn {
+  const uint8_t* codes;  // row i at codes + i * row_bytes
+  int row_bytes;
+  const void* scales;  // 128 fp32 or bf16 (p.bf16_scale)
+  const uint16_t *q, *k, *v;
+  const float* g;
+  float beta;
+};
+
+// The step of value head h of sequence seq (token tok, slot head index `head`), from `in`, into
+// the pool in place. Uniform over the block; returns early (the whole block) on a refusal.
 template <bool KDA, bool FULL>
-__global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_kernel(WsParams p) {
-  constexpr int DK = 128;
-  __shared__ __align__(16) float sm_q[DK], sm_k[DK], sm_a[KDA ? DK : 4];
-  __shared__ __align__(16) float sm_asc[DK], sm_kn[DK], sm_inv[DK], sm_scale[DK];
-  __shared__ __align__(16) uint8_t sm_digit[6 * kDigitStride];
-  __shared__ __align__(16) float sm_partial[64 * kPartialStride];
-  __shared__ float sm_kq;
-  __shared__ int sm_shift[2];
-  const int seq = blockIdx.x, h = blockIdx.y;
-  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
-  if (t0 >= t1) return;                                 // uniform over the block
-  if (refuse_extra_tokens(p, seq, h, t1 - t0)) return;  // launched only with max_tokens 1
-  const int tok = t0;
+__device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShared& sh, int seq,
+                                                int h, int tok, int64_t head,
+                                                const Int8HeadIn& in) {
+  constexpr int DK = kInt8Dk;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int dv = p.dv;
-  const int kh = h / (p.HV / p.H);
-  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
   uint8_t* codes = p.codes + head * dv * DK;
   const int rows[2] = {16 * warp + g, 16 * warp + g + 8};
   const bool row_ok[2] = {FULL || rows[0] < dv, FULL || rows[1] < dv};
 
   // The stored codes first, so that their loads overlap the token's set-up.
-  uint4 cw[2][2];  // [row][chunk h]
+  uint4 cw[2][2];  // [row][chunk c]: key channels 64 c + 16 t ..
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int c = 0; c < 2; ++c)
-      cw[r][c] = row_ok[r] ? *reinterpret_cast<const uint4*>(codes + rows[r] * DK + 64 * c + 16 * t)
-                           : make_uint4(0u, 0u, 0u, 0u);
+      cw[r][c] =
+          row_ok[r]
+              ? *reinterpret_cast<const uint4*>(in.codes + rows[r] * in.row_bytes + 64 * c + 16 * t)
+              : make_uint4(0u, 0u, 0u, 0u);
+  // The column scales of the lane's 4 key channels lane + 32 i (warps 0-3), for the set-up below.
+  float sc4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (tid < DK) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      sc4[i] = p.bf16_scale ? bf16_value(static_cast<const uint16_t*>(in.scales)[lane + 32 * i])
+                            : static_cast<const float*>(in.scales)[lane + 32 * i];
+  }
 
   // q and k normalised and scaled (8 lanes per vector, as the reference's lanes), the decays.
   if (tid < 16) {
     const bool is_k = tid >= 8;
     const int j0 = (tid & 7) * 16;
     float x[16];
-    load_bf16<16>((is_k ? p.k : p.q) + (static_cast<int64_t>(tok) * p.H + kh) * DK + j0, x);
+    load_bf16<16>((is_k ? in.k : in.q) + j0, x);
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < 16; ++e) ss = wsk::fma(x[e], x[e], ss);
     float scale = is_k ? 1.0f : p.scale;
     if (p.qk_l2norm) scale = ws_div(scale, wsk::sqrt(wsk::add(row_sum(ss, 0x0000FFFFu), 1e-6f)));
-    float* dst = is_k ? sm_k : sm_q;
+    float* dst = is_k ? sh.k : sh.q;
 #pragma unroll
     for (int e = 0; e < 16; ++e) dst[j0 + e] = wsk::mul(x[e], scale);
   }
   if constexpr (KDA) {
     if (tid >= kInt8TokenThreads - DK) {
       const int j = tid - (kInt8TokenThreads - DK);
-      sm_a[j] = wsk::exp(p.g[(static_cast<int64_t>(tok) * p.HV + h) * DK + j]);
+      sh.a[j] = wsk::exp(in.g[j]);
     }
   } else if (tid == 32) {
-    sm_a[0] = wsk::exp(p.g[static_cast<int64_t>(tok) * p.HV + h]);
+    sh.a[0] = wsk::exp(in.g[0]);
   }
   float vr[2];
-  const uint16_t* vt = p.v + (static_cast<int64_t>(tok) * p.HV + h) * dv;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) vr[r] = row_ok[r] ? bf16_value(vt[rows[r]]) : 0.0f;
-  const float beta = p.beta[static_cast<int64_t>(tok) * p.HV + h];
+  for (int r = 0; r < 2; ++r) vr[r] = row_ok[r] ? bf16_value(in.v[rows[r]]) : 0.0f;
+  const float beta = in.beta;
   __syncthreads();
 
   // The column values: warps 0-3 each form all 128 (4 per lane) for the shifts, and the digits,
   // a sc and k of their own column j = tid; lanes 0-7 of warp 4 the fma chains of k.q.
   bool col_bad = false;
   if (tid < DK) {
-    const uint8_t* src_scales =
-        static_cast<const uint8_t*>(p.scales) + head * DK * (p.bf16_scale ? 2 : 4);
     float xm = 0.0f, ym = 0.0f, mine_asc = 0.0f, mine_x = 0.0f, mine_y = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int j = lane + 32 * i;
-      const float sc = p.bf16_scale ? bf16_value(reinterpret_cast<const uint16_t*>(src_scales)[j])
-                                    : reinterpret_cast<const float*>(src_scales)[j];
-      const float asc = wsk::mul(sm_a[KDA ? j : 0], sc);
-      const float x = wsk::mul(asc, sm_k[j]), y = wsk::mul(asc, sm_q[j]);
+      const float asc = wsk::mul(sh.a[KDA ? j : 0], sc4[i]);
+      const float x = wsk::mul(asc, sh.k[j]), y = wsk::mul(asc, sh.q[j]);
       col_bad |= !(fabsf(asc) <= 3.40282347e38f) || !(fabsf(x) <= 3.40282347e38f) ||
                  !(fabsf(y) <= 3.40282347e38f);
       xm = fmaxf(xm, fabsf(x));
@@ -135,22 +171,22 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
       ym = fmaxf(ym, __shfl_xor_sync(0xffffffffu, ym, d));
     }
     const int ex = wsk::dot_shift(xm), ey = wsk::dot_shift(ym);
-    if (tid == 0) sm_shift[0] = ex, sm_shift[1] = ey;
+    if (tid == 0) sh.shift[0] = ex, sh.shift[1] = ey;
     const int j = tid;
     int d[6];
     wsk::dot_digits(mine_x, ex, d[0], d[1], d[2]);
     wsk::dot_digits(mine_y, ey, d[3], d[4], d[5]);
 #pragma unroll
-    for (int n = 0; n < 6; ++n) sm_digit[n * kDigitStride + j] = static_cast<uint8_t>(d[n]);
-    sm_asc[lane_order(j)] = mine_asc;
-    sm_kn[lane_order(j)] = sm_k[j];
+    for (int n = 0; n < 6; ++n) sh.digit[n * kDigitStride + j] = static_cast<uint8_t>(d[n]);
+    sh.asc[lane_order(j)] = mine_asc;
+    sh.kn[lane_order(j)] = sh.k[j];
   } else if (tid < DK + 8) {
     const int j0 = (tid - DK) * 16;
     float kq = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 16; ++e) kq = wsk::fma(sm_k[j0 + e], sm_q[j0 + e], kq);
+    for (int e = 0; e < 16; ++e) kq = wsk::fma(sh.k[j0 + e], sh.q[j0 + e], kq);
     kq = row_sum(kq, 0x000000FFu);
-    if (tid == DK) sm_kq = kq;
+    if (tid == DK) sh.kq = kq;
   }
   if (__syncthreads_or(col_bad)) {
     if (p.o && t == 0) {
@@ -170,25 +206,20 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
   // Both dot products of the warp's 16 rows: C[row][n] = sum_k code[row][k] digit_n[k], n = x's
   // digits 0, 1, 2 and y's 0, 1, 2 (B columns 6 and 7 are zero).
   int acc[4] = {0, 0, 0, 0};
-  {
-    uint4 b[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
-    if (g < 6) {
 #pragma unroll
-      for (int c = 0; c < 2; ++c)
-        b[c] = *reinterpret_cast<const uint4*>(sm_digit + g * kDigitStride + 64 * c + 16 * t);
-    }
+  for (int c = 0; c < 2; ++c) {
+    const uint4 b =
+        g < 6 ? *reinterpret_cast<const uint4*>(sh.digit + g * kDigitStride + 64 * c + 16 * t)
+              : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-    for (int c = 0; c < 2; ++c)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-        mma_s8(acc, word_of(cw[0][c], 2 * i), word_of(cw[1][c], 2 * i),
-               word_of(cw[0][c], 2 * i + 1), word_of(cw[1][c], 2 * i + 1), word_of(b[c], 2 * i),
-               word_of(b[c], 2 * i + 1));
+    for (int i = 0; i < 2; ++i)
+      mma_s8(acc, word_of(cw[0][c], 2 * i), word_of(cw[1][c], 2 * i), word_of(cw[0][c], 2 * i + 1),
+             word_of(cw[1][c], 2 * i + 1), word_of(b, 2 * i), word_of(b, 2 * i + 1));
   }
   // Lane 4 g + t holds columns 2 t, 2 t + 1 of rows g (acc 0, 1) and g + 8 (acc 2, 3).
   const int quad = lane & ~3;
-  const int ex = sm_shift[0], ey = sm_shift[1];
-  const float kq = sm_kq;
+  const int ex = sh.shift[0], ey = sh.shift[1];
+  const float kq = sh.kq;
   float wgt[2];
   bool bad = false;
 #pragma unroll
@@ -216,8 +247,8 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       const int u = ((4 * c + m) * 4 + t) * 4;
-      const float4 asc = *reinterpret_cast<const float4*>(sm_asc + u);
-      const float4 kn = *reinterpret_cast<const float4*>(sm_kn + u);
+      const float4 asc = *reinterpret_cast<const float4*>(sh.asc + u);
+      const float4 kn = *reinterpret_cast<const float4*>(sh.kn + u);
       const float a4[4] = {asc.x, asc.y, asc.z, asc.w}, k4[4] = {kn.x, kn.y, kn.z, kn.w};
       float mx[4];
 #pragma unroll
@@ -230,7 +261,7 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
           mx[e] = r == 0 ? fabsf(v) : fmaxf(mx[e], fabsf(v));
         }
       }
-      *reinterpret_cast<float4*>(sm_partial + (8 * warp + g) * kPartialStride + u) =
+      *reinterpret_cast<float4*>(sh.partial + (8 * warp + g) * kPartialStride + u) =
           make_float4(mx[0], mx[1], mx[2], mx[3]);
     }
   if (__syncthreads_or(bad)) {
@@ -246,11 +277,11 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
   // rows ro + 8 i, then a butterfly over the 8; lane ro < 4 forms channel u + ro's scale.
   {
     const int cq = tid >> 3, ro = tid & 7;
-    float4 mx = *reinterpret_cast<const float4*>(sm_partial + ro * kPartialStride + 4 * cq);
+    float4 mx = *reinterpret_cast<const float4*>(sh.partial + ro * kPartialStride + 4 * cq);
 #pragma unroll
     for (int i = 1; i < 8; ++i) {
       const float4 y =
-          *reinterpret_cast<const float4*>(sm_partial + (ro + 8 * i) * kPartialStride + 4 * cq);
+          *reinterpret_cast<const float4*>(sh.partial + (ro + 8 * i) * kPartialStride + 4 * cq);
       mx.x = fmaxf(mx.x, y.x), mx.y = fmaxf(mx.y, y.y), mx.z = fmaxf(mx.z, y.z),
       mx.w = fmaxf(mx.w, y.w);
     }
@@ -265,11 +296,11 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
     if (ro < 4) {
       const float amax = ro == 0 ? mx.x : ro == 1 ? mx.y : ro == 2 ? mx.z : mx.w;
       col_bad = !(amax <= 3.40282347e38f);
-      // u = 4 cq + ro = ((4 h + m) * 4 + t) * 4 + e: key channel 64 h + 16 t + 4 m + e.
+      // u = 4 cq + ro = ((4 c + m) * 4 + t) * 4 + e: key channel 64 c + 16 t + 4 m + e.
       const int j = 64 * (cq >> 4) + 16 * (cq & 3) + 4 * ((cq >> 2) & 3) + ro;
       const float col = ws_column_scale(amax, 127.0f, p.bf16_scale);
-      sm_scale[j] = col;
-      sm_inv[4 * cq + ro] = __fdiv_rn(1.0f, col);
+      sh.scale[j] = col;
+      sh.inv[4 * cq + ro] = __fdiv_rn(1.0f, col);
     }
   }
   if (__syncthreads_or(col_bad)) {
@@ -282,9 +313,9 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
   }
   if (tid < DK) {
     if (p.bf16_scale)
-      reinterpret_cast<uint16_t*>(p.scales)[head * DK + tid] = ws_bf16_rne(sm_scale[tid]);
+      reinterpret_cast<uint16_t*>(p.scales)[head * DK + tid] = ws_bf16_rne(sh.scale[tid]);
     else
-      reinterpret_cast<float*>(p.scales)[head * DK + tid] = sm_scale[tid];
+      reinterpret_cast<float*>(p.scales)[head * DK + tid] = sh.scale[tid];
   }
 
   // The codes, written in place.
@@ -293,7 +324,7 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
     uint32_t wd[2][4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
-      const float4 inv = *reinterpret_cast<const float4*>(sm_inv + ((4 * c + m) * 4 + t) * 4);
+      const float4 inv = *reinterpret_cast<const float4*>(sh.inv + ((4 * c + m) * 4 + t) * 4);
       const float i4[4] = {inv.x, inv.y, inv.z, inv.w};
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -309,6 +340,129 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
       if (row_ok[r])
         *reinterpret_cast<uint4*>(codes + rows[r] * DK + 64 * c + 16 * t) =
             make_uint4(wd[r][0], wd[r][1], wd[r][2], wd[r][3]);
+  }
+}
+
+// One block per head: grid (num_seqs, HV), kInt8TokenThreads threads. FULL: d_v = 128, so no row
+// is tested.
+template <bool KDA, bool FULL>
+__global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_kernel(WsParams p) {
+  __shared__ Int8TokenShared sh;
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  if (t0 >= t1) return;                                 // uniform over the block
+  if (refuse_extra_tokens(p, seq, h, t1 - t0)) return;  // launched only with max_tokens 1
+  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
+  const int64_t th = static_cast<int64_t>(t0) * p.HV + h;
+  const int kh = h / (p.HV / p.H);
+  const Int8HeadIn in{
+      p.codes + head * p.dv * kInt8Dk,
+      kInt8Dk,
+      static_cast<const uint8_t*>(p.scales) + head * kInt8Dk * (p.bf16_scale ? 2 : 4),
+      p.q + (static_cast<int64_t>(t0) * p.H + kh) * kInt8Dk,
+      p.k + (static_cast<int64_t>(t0) * p.H + kh) * kInt8Dk,
+      p.v + th * p.dv,
+      p.g + th * (KDA ? kInt8Dk : 1),
+      p.beta[th]};
+  int8_token_head<KDA, FULL>(p, sh, seq, h, t0, head, in);
+}
+
+// A head of the persistent kernel: launch item i = seq * HV + h, its tokens and slot.
+struct Int8Item {
+  int seq = 0, h = 0, t0 = 0, t1 = 0, slot = 0;
+};
+
+__device__ __forceinline__ Int8Item int8_item(const WsParams& p, int i) {
+  Int8Item m;
+  m.seq = i / p.HV, m.h = i % p.HV;
+  m.t0 = p.cu[m.seq], m.t1 = p.cu[m.seq + 1];
+  m.slot = p.slot_ids[m.seq];
+  return m;
+}
+
+// Issues the cp.async copies of item m's inputs into `st` (nothing for an item the step skips:
+// no token, or more than one). 16-byte pieces: codes 1024 (4 per thread), fp32 scales 32 (bf16
+// 16), q, k and v 16 each, KDA's gates 32; GDN's gate and beta 4 bytes.
+template <bool KDA>
+__device__ __forceinline__ void stage_item(const WsParams& p, const Int8Item& m,
+                                           Int8TokenStage& st) {
+  if (m.t1 - m.t0 != 1) return;
+  const int tid = threadIdx.x;
+  const int64_t head = static_cast<int64_t>(m.slot) * p.HV + m.h;
+  const int64_t th = static_cast<int64_t>(m.t0) * p.HV + m.h;
+  const uint8_t* src = p.codes + head * kInt8Dk * kInt8Dk;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int piece = tid + kInt8TokenThreads * i, row = piece >> 3, col = (piece & 7) * 16;
+    copy_async16(st.codes + row * kStageRow + col, src + row * kInt8Dk + col, true);
+  }
+  const int kh = m.h / (p.HV / p.H);
+  const int scale_pieces = p.bf16_scale ? 16 : 32;
+  if (tid < scale_pieces) {
+    copy_async16(
+        reinterpret_cast<uint8_t*>(st.scales) + 16 * tid,
+        static_cast<const uint8_t*>(p.scales) + head * kInt8Dk * (p.bf16_scale ? 2 : 4) + 16 * tid,
+        true);
+  } else if (tid >= 32 && tid < 80) {
+    const int which = (tid - 32) >> 4, piece = (tid - 32) & 15;
+    const uint16_t* from = which == 0   ? p.q + (static_cast<int64_t>(m.t0) * p.H + kh) * kInt8Dk
+                           : which == 1 ? p.k + (static_cast<int64_t>(m.t0) * p.H + kh) * kInt8Dk
+                                        : p.v + th * kInt8Dk;
+    uint16_t* to = which == 0 ? st.q : which == 1 ? st.k : st.v;
+    copy_async16(to + 8 * piece, from + 8 * piece, true);
+  } else if (KDA && tid >= 96 && tid < 128) {
+    copy_async16(st.g + 4 * (tid - 96), p.g + th * kInt8Dk + 4 * (tid - 96), true);
+  } else if (tid == 128) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(st.beta)),
+                 "l"(p.beta + th));
+    if constexpr (!KDA)
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(st.g)),
+                   "l"(p.g + th));
+  }
+}
+
+__device__ __forceinline__ void commit_async_copies() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most the newest group of the thread's cp.async copies is in flight.
+__device__ __forceinline__ void wait_all_but_newest_group() {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+// Persistent kernel at d_v = 128: a grid of resident blocks (dynamic shared memory:
+// Int8TokenShared and two Int8TokenStage), block b stepping items b, b + G, ... (G = gridDim.x).
+// While item n is stepped from stage n % 2, item n + 1's copies are in flight into the other stage
+// and item n + 2's slot id and offsets are being loaded.
+template <bool KDA>
+__global__ void __launch_bounds__(kInt8TokenThreads, 2)
+    ws_decode_token_int8_persistent(WsParams p) {
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  Int8TokenShared& sh = *reinterpret_cast<Int8TokenShared*>(dynamic_shared);
+  Int8TokenStage* stage =
+      reinterpret_cast<Int8TokenStage*>(dynamic_shared + sizeof(Int8TokenShared));
+  const int items = p.num_seqs * p.HV, G = gridDim.x;
+  int i = blockIdx.x;
+  if (i >= items) return;
+  Int8Item cur = int8_item(p, i);
+  stage_item<KDA>(p, cur, stage[0]);
+  commit_async_copies();
+  Int8Item next = i + G < items ? int8_item(p, i + G) : Int8Item{};
+  for (int n = 0; i < items; ++n, i += G) {
+    if (i + G < items) stage_item<KDA>(p, next, stage[(n + 1) & 1]);
+    commit_async_copies();
+    const Int8Item after = i + 2 * G < items ? int8_item(p, i + 2 * G) : Int8Item{};
+    wait_all_but_newest_group();
+    __syncthreads();
+    if (cur.t0 < cur.t1 && !refuse_extra_tokens(p, cur.seq, cur.h, cur.t1 - cur.t0)) {
+      const Int8TokenStage& st = stage[n & 1];
+      const Int8HeadIn in{st.codes, kStageRow, st.scales, st.q, st.k, st.v, st.g, st.beta[0]};
+      int8_token_head<KDA, true>(p, sh, cur.seq, cur.h, cur.t0,
+                                 static_cast<int64_t>(cur.slot) * p.HV + cur.h, in);
+    }
+    __syncthreads();  // the stage and the step's shared memory are free for the next items
+    cur = next;
+    next = after;
   }
 }
 

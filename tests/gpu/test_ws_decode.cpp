@@ -565,6 +565,26 @@ const std::vector<Case> kTokenCases = {
      false,
      {1, 1},
      false},
+    // More heads than an H100 or H200 holds blocks of the d_v = 128 int8 kernel (2 per SM), so
+    // each block steps several heads, staging the next while it steps the current one.
+    {"int8_gdn_H32_HV96_dv128_many_heads",
+     32,
+     96,
+     128,
+     128,
+     GateKind::gdn,
+     WorkingStateKind::int8,
+     false,
+     {1, 1, 0, 1, 1, 1, 1, 1, 1, 0, 1, 1}},
+    {"int8_bf16scale_kda_H96_HV96_dv128_many_heads",
+     96,
+     96,
+     128,
+     128,
+     GateKind::kda,
+     WorkingStateKind::int8,
+     true,
+     {1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
 };
 
 INSTANTIATE_TEST_SUITE_P(Formats, WsDecodeToken, ::testing::ValuesIn(kTokenCases), case_name);
