@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include <cuda_bf16.h>
@@ -205,11 +206,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
       }
     }
     if (__syncthreads_or(bad)) {
-      if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-        p.error_info[1] = seq;
-        p.error_info[2] = h;
-        p.error_info[3] = t - t0;
-      }
+      record_refusal(p, 1, seq, h, t - t0);
       return;  // the stored state and scales are left as they were
     }
     const bool last = t + 1 == t1;
@@ -233,11 +230,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
       }
       if constexpr (kExact) {
         if (__syncthreads_or(col_bad)) {
-          if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-            p.error_info[1] = seq;
-            p.error_info[2] = h;
-            p.error_info[3] = t - t0;
-          }
+          record_refusal(p, 1, seq, h, t - t0);
           return;
         }
         if (last)
@@ -358,19 +351,25 @@ void launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream
   if (st == Store::int8) {
     // d_v = 128: the persistent form, whose staging of the next head's inputs took 5.5% off a
     // batch of 256 (docs/gpu.md); one block per head where no resident block is available.
-    if (full) {
+    static const char* variant = std::getenv("STATECHECK_WS_INT8_VARIANT");  // A/B
+    const int form = variant == nullptr ? 2 : variant[0] - '0';  // 0 per head, 2 or 3 per SM
+    if (full && form != 0) {
+      const bool keep = form == 2;
       const void* kernel =
-          kda ? reinterpret_cast<const void*>(&ws_decode_token_int8_persistent<true>)
-              : reinterpret_cast<const void*>(&ws_decode_token_int8_persistent<false>);
-      const size_t shared = sizeof(Int8TokenShared) + 2 * sizeof(Int8TokenStage);
+          kda ? (keep
+                     ? reinterpret_cast<const void*>(&ws_decode_token_int8_persistent<true, true>)
+                     : reinterpret_cast<const void*>(&ws_decode_token_int8_persistent<true, false>))
+              : (keep ? reinterpret_cast<const void*>(&ws_decode_token_int8_persistent<false, true>)
+                      : reinterpret_cast<const void*>(
+                            &ws_decode_token_int8_persistent<false, false>));
+      const size_t shared = kInt8PersistentShared;
       const int64_t items = static_cast<int64_t>(a.num_seqs) * a.HV;
       const int resident = resident_blocks(kernel, kInt8TokenThreads, shared);
       if (resident > 0 && items > 0) {
         const int blocks = static_cast<int>(std::min<int64_t>(items, resident));
-        if (kda)
-          ws_decode_token_int8_persistent<true><<<blocks, kInt8TokenThreads, shared, stream>>>(p);
-        else
-          ws_decode_token_int8_persistent<false><<<blocks, kInt8TokenThreads, shared, stream>>>(p);
+        void* args[] = {const_cast<WsParams*>(&p)};
+        STATECHECK_CUDA_CHECK(
+            cudaLaunchKernel(kernel, dim3(blocks), dim3(kInt8TokenThreads), args, shared, stream));
         return;
       }
     }

@@ -141,17 +141,48 @@ __device__ __forceinline__ float row_sum(float x, unsigned mask = 0xffffffffu) {
   return x;
 }
 
-// Under max_tokens 1, a sequence with more tokens than one is refused by every kernel: block
-// (seq, h) records {2, seq, h, tokens} in error_info (the first of the launch's refusals to be
-// recorded) and returns before it touches the slot. True when refused (uniform over the block).
-__device__ __forceinline__ bool refuse_extra_tokens(const WsParams& p, int seq, int h, int tokens) {
-  if (p.max_tokens != 1 || tokens <= 1) return false;
-  if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 2) == 0) {
+// Thread 0 of a refusing block records {code, seq, h, value} in error_info (if given) unless an
+// earlier refusal of the launch was recorded: code 1 a non-finite value (value: the token's offset
+// in its sequence), 2 a sequence with more tokens than max_tokens (value: its tokens).
+__device__ __forceinline__ void record_refusal(const WsParams& p, int code, int seq, int h,
+                                               int value) {
+  if (threadIdx.x == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, code) == 0) {
     p.error_info[1] = seq;
     p.error_info[2] = h;
-    p.error_info[3] = tokens;
+    p.error_info[3] = value;
   }
+}
+
+// Under max_tokens 1, a sequence with more tokens than one is refused by every kernel: block
+// (seq, h) records {2, seq, h, tokens} and returns before it touches the slot. True when refused
+// (uniform over the block).
+__device__ __forceinline__ bool refuse_extra_tokens(const WsParams& p, int seq, int h, int tokens) {
+  if (p.max_tokens != 1 || tokens <= 1) return false;
+  record_refusal(p, 2, seq, h, tokens);
   return true;
+}
+
+// The maxima of 4 consecutive floats at `col` over ROWS rows `stride` floats apart, taken by the 8
+// lanes ro = 0..7 of an aligned group of a warp (the single-token kernels' column amax): lane ro
+// reads rows ro, ro + 8, ..., then a 3-step butterfly gives each lane of the group all 4 maxima.
+template <int ROWS>
+__device__ __forceinline__ float4 column_quad_max(const float* col, int stride, int ro) {
+  static_assert(ROWS % 8 == 0, "8 lanes take the rows in turn");
+  float4 mx = *reinterpret_cast<const float4*>(col + ro * stride);
+#pragma unroll
+  for (int i = 1; i < ROWS / 8; ++i) {
+    const float4 y = *reinterpret_cast<const float4*>(col + (ro + 8 * i) * stride);
+    mx.x = fmaxf(mx.x, y.x), mx.y = fmaxf(mx.y, y.y), mx.z = fmaxf(mx.z, y.z),
+    mx.w = fmaxf(mx.w, y.w);
+  }
+#pragma unroll
+  for (int d = 1; d < 8; d <<= 1) {
+    mx.x = fmaxf(mx.x, __shfl_xor_sync(0xffffffffu, mx.x, d));
+    mx.y = fmaxf(mx.y, __shfl_xor_sync(0xffffffffu, mx.y, d));
+    mx.z = fmaxf(mx.z, __shfl_xor_sync(0xffffffffu, mx.z, d));
+    mx.w = fmaxf(mx.w, __shfl_xor_sync(0xffffffffu, mx.w, d));
+  }
+  return mx;
 }
 
 // The gated delta rule and the readout on a thread's RPT rows of CPL key channels, in the order

@@ -14,8 +14,19 @@
 //            ws_int8_rne / ws_int8_sr / ws_fp8_e4m3_rne(S / scale) / ws_fp8_e4m3_sr / ws_bf16_rne /
 //            ws_bf16_sr with Philox words rounding_word(rounding_key(seed, layer, h), i d_k + j,
 //            position, sequence index); the next token reads decode(stored).
-// A head whose output row at some token is not finite is refused: its slot keeps its stored state,
-// that token's outputs are written, later tokens' are not.
+// int8 rounded to nearest even (fp32 or bf16 scales) steps on the codes instead, every token but
+// the first one of an init_state: per key channel j, asc_j = a(_j) sc_j (the stored scale),
+// x_j = asc_j k_j, y_j = asc_j q_j, and kq = sum8 of the lanes' fma chains of k_j q_j; per row i
+// with codes c_ij, part = dot(c_i, x) and ypart = dot(c_i, y) with wsk::dot_shift / dot_digits /
+// dot_value (ws_step_math.h: exact integer sums of base-256 digits, rounded once, so any order of
+// summation gives the same bits); w = beta (v_i - part); o_i = bf16_rne(fma(w, kq, ypart));
+// S_ij = fma(c_ij, asc_j, w k_j). That is o = (a S_prev + w k^T) q, the float step's value, with
+// other roundings. Its encode is ws_int8_rne_recip(S, fl(1 / scale_j)): rint of the exact product
+// S fl(1 / scale), not of the quotient S / scale (the two differ only where S / scale lies within
+// about 2^-24 |S / scale| <= 2^-17 of a half-integer, docs/working_state.md). A non-finite asc, x
+// or y refuses the head (that token's outputs are written as NaN 0x7FC0), as does a non-finite
+// column amax (int8 only). A head whose output row at some token is not finite is refused: its slot
+// keeps its stored state, that token's outputs are written, later tokens' are not.
 #pragma once
 
 #include <cstdint>

@@ -185,11 +185,7 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
           make_float4(m[e], m[e + 1], m[e + 2], m[e + 3]);
   }
   if (__syncthreads_or(bad)) {
-    if (tid == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-      p.error_info[1] = seq;
-      p.error_info[2] = h;
-      p.error_info[3] = 0;
-    }
+    record_refusal(p, 1, seq, h, 0);
     return;  // the stored state and scales are left as they were
   }
 
@@ -198,21 +194,7 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
   {
     const int cq = tid >> 3, ro = tid & 7;
     const int slot = column_slot<CPL>(4 * cq);
-    float4 mx = *reinterpret_cast<const float4*>(sm_amax + ro * kAmaxStride + slot);
-#pragma unroll
-    for (int i = 1; i < 4; ++i) {
-      const float4 y =
-          *reinterpret_cast<const float4*>(sm_amax + (ro + 8 * i) * kAmaxStride + slot);
-      mx.x = fmaxf(mx.x, y.x), mx.y = fmaxf(mx.y, y.y), mx.z = fmaxf(mx.z, y.z),
-      mx.w = fmaxf(mx.w, y.w);
-    }
-#pragma unroll
-    for (int d = 1; d < 8; d <<= 1) {
-      mx.x = fmaxf(mx.x, __shfl_xor_sync(0xffffffffu, mx.x, d));
-      mx.y = fmaxf(mx.y, __shfl_xor_sync(0xffffffffu, mx.y, d));
-      mx.z = fmaxf(mx.z, __shfl_xor_sync(0xffffffffu, mx.z, d));
-      mx.w = fmaxf(mx.w, __shfl_xor_sync(0xffffffffu, mx.w, d));
-    }
+    const float4 mx = column_quad_max<32>(sm_amax + slot, kAmaxStride, ro);
     if (ro < 4) {
       const float amax = ro == 0 ? mx.x : ro == 1 ? mx.y : ro == 2 ? mx.z : mx.w;
       const int j = 4 * cq + ro;

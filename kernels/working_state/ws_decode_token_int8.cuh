@@ -60,13 +60,15 @@ struct alignas(16) Int8TokenShared {
   float asc[kInt8Dk], kn[kInt8Dk], inv[kInt8Dk];  // a sc, k and 1 / scale at lane_order
   float scale[kInt8Dk];                           // the new scales, by key channel
   uint8_t digit[6 * kDigitStride];                // B: digits 0-2 of x, then of y, by key channel
-  float partial[64 * kPartialStride];             // [8 warp + g][lane_order]: maxima of 2 rows
   float kq;
   int shift[2];
 };
 
 // One head's staged inputs (the persistent kernel): codes [128 rows][kStageRow], scales (fp32 or
 // bf16 bits), q, k, v (bf16 bits), the gates (KDA: 128, GDN: 1) and beta.
+// The partial column maxima of a step: [8 warp + g][lane_order], each the maximum of 2 rows.
+constexpr int kPartialFloats = 64 * kPartialStride;
+
 struct alignas(16) Int8TokenStage {
   uint8_t codes[kInt8Dk * kStageRow];
   float scales[kInt8Dk];
@@ -75,7 +77,8 @@ struct alignas(16) Int8TokenStage {
   float beta[4];
 };
 
-static_assert(sizeof(Int8TokenShared) % 16 == 0 && sizeof(Int8TokenStage) % 16 == 0,
+static_assert(sizeof(Int8TokenShared) % 16 == 0 && sizeof(Int8TokenStage) % 16 == 0 &&
+                  kPartialFloats % 4 == 0,
               "the stages follow the step's shared memory at 16-byte alignment (cp.async)");
 
 // Where one head's step reads its stored state and token inputs: global memory or a stage.
@@ -90,10 +93,10 @@ struct Int8HeadIn {
 
 // The step of value head h of sequence seq (token tok, slot head index `head`), from `in`, into
 // the pool in place. Uniform over the block; returns early (the whole block) on a refusal.
-template <bool KDA, bool FULL>
-__device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShared& sh, int seq,
-                                                int h, int tok, int64_t head,
-                                                const Int8HeadIn& in) {
+template <bool KDA, bool FULL, bool KEEP_S>
+__device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShared& sh,
+                                                float* partial, int seq, int h, int tok,
+                                                int64_t head, const Int8HeadIn& in) {
   constexpr int DK = kInt8Dk;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int dv = p.dv;
@@ -195,11 +198,7 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
       for (int r = 0; r < 2; ++r)
         if (row_ok[r]) ot[rows[r]] = 0x7FC0u;
     }
-    if (tid == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-      p.error_info[1] = seq;
-      p.error_info[2] = h;
-      p.error_info[3] = 0;
-    }
+    record_refusal(p, 1, seq, h, 0);
     return;  // the stored state and scales are left as they were
   }
 
@@ -241,7 +240,7 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
   }
 
   // The new state S = fma(code, a sc, w k) and each lane's maxima over its two rows.
-  float s[2][32];
+  float s[KEEP_S ? 2 : 1][KEEP_S ? 32 : 1];
 #pragma unroll
   for (int c = 0; c < 2; ++c)
 #pragma unroll
@@ -257,19 +256,15 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float v = wsk::fma(int8_code_value(biased, e), a4[e], wsk::mul(wgt[r], k4[e]));
-          s[r][16 * c + 4 * m + e] = v;
+          if constexpr (KEEP_S) s[r][16 * c + 4 * m + e] = v;
           mx[e] = r == 0 ? fabsf(v) : fmaxf(mx[e], fabsf(v));
         }
       }
-      *reinterpret_cast<float4*>(sh.partial + (8 * warp + g) * kPartialStride + u) =
+      *reinterpret_cast<float4*>(partial + (8 * warp + g) * kPartialStride + u) =
           make_float4(mx[0], mx[1], mx[2], mx[3]);
     }
   if (__syncthreads_or(bad)) {
-    if (tid == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-      p.error_info[1] = seq;
-      p.error_info[2] = h;
-      p.error_info[3] = 0;
-    }
+    record_refusal(p, 1, seq, h, 0);
     return;
   }
 
@@ -277,21 +272,7 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
   // rows ro + 8 i, then a butterfly over the 8; lane ro < 4 forms channel u + ro's scale.
   {
     const int cq = tid >> 3, ro = tid & 7;
-    float4 mx = *reinterpret_cast<const float4*>(sh.partial + ro * kPartialStride + 4 * cq);
-#pragma unroll
-    for (int i = 1; i < 8; ++i) {
-      const float4 y =
-          *reinterpret_cast<const float4*>(sh.partial + (ro + 8 * i) * kPartialStride + 4 * cq);
-      mx.x = fmaxf(mx.x, y.x), mx.y = fmaxf(mx.y, y.y), mx.z = fmaxf(mx.z, y.z),
-      mx.w = fmaxf(mx.w, y.w);
-    }
-#pragma unroll
-    for (int d = 1; d < 8; d <<= 1) {
-      mx.x = fmaxf(mx.x, __shfl_xor_sync(0xffffffffu, mx.x, d));
-      mx.y = fmaxf(mx.y, __shfl_xor_sync(0xffffffffu, mx.y, d));
-      mx.z = fmaxf(mx.z, __shfl_xor_sync(0xffffffffu, mx.z, d));
-      mx.w = fmaxf(mx.w, __shfl_xor_sync(0xffffffffu, mx.w, d));
-    }
+    const float4 mx = column_quad_max<64>(partial + 4 * cq, kPartialStride, ro);
     col_bad = false;
     if (ro < 4) {
       const float amax = ro == 0 ? mx.x : ro == 1 ? mx.y : ro == 2 ? mx.z : mx.w;
@@ -304,11 +285,7 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
     }
   }
   if (__syncthreads_or(col_bad)) {
-    if (tid == 0 && p.error_info && atomicCAS(&p.error_info[0], 0, 1) == 0) {
-      p.error_info[1] = seq;
-      p.error_info[2] = h;
-      p.error_info[3] = 0;
-    }
+    record_refusal(p, 1, seq, h, 0);
     return;
   }
   if (tid < DK) {
@@ -324,14 +301,30 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
     uint32_t wd[2][4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
-      const float4 inv = *reinterpret_cast<const float4*>(sh.inv + ((4 * c + m) * 4 + t) * 4);
+      const int u = ((4 * c + m) * 4 + t) * 4;
+      const float4 inv = *reinterpret_cast<const float4*>(sh.inv + u);
       const float i4[4] = {inv.x, inv.y, inv.z, inv.w};
+      float a4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, k4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (!KEEP_S) {
+        const float4 asc = *reinterpret_cast<const float4*>(sh.asc + u);
+        const float4 kn = *reinterpret_cast<const float4*>(sh.kn + u);
+        a4[0] = asc.x, a4[1] = asc.y, a4[2] = asc.z, a4[3] = asc.w;
+        k4[0] = kn.x, k4[1] = kn.y, k4[2] = kn.z, k4[3] = kn.w;
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        const uint32_t biased = word_of(cw[r][c], m) ^ 0x80808080u;
         uint32_t b[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          b[e] = __float_as_uint(__fmaf_rn(s[r][16 * c + 4 * m + e], i4[e], 12582912.0f));
+        for (int e = 0; e < 4; ++e) {
+          // The new state: kept from the update, or formed again by the same operations.
+          float v;
+          if constexpr (KEEP_S)
+            v = s[r][16 * c + 4 * m + e];
+          else
+            v = wsk::fma(int8_code_value(biased, e), a4[e], wsk::mul(wgt[r], k4[e]));
+          b[e] = __float_as_uint(__fmaf_rn(v, i4[e], 12582912.0f));
+        }
         wd[r][m] = pack4(b[0], b[1], b[2], b[3]);
       }
     }
@@ -346,8 +339,9 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
 // One block per head: grid (num_seqs, HV), kInt8TokenThreads threads. FULL: d_v = 128, so no row
 // is tested.
 template <bool KDA, bool FULL>
-__global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_kernel(WsParams p) {
+__global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_kernel(WsParams p) {
   __shared__ Int8TokenShared sh;
+  __shared__ __align__(16) float partial[kPartialFloats];
   const int seq = blockIdx.x, h = blockIdx.y;
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
   if (t0 >= t1) return;                                 // uniform over the block
@@ -364,7 +358,7 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 2) ws_decode_token_int8_ker
       p.v + th * p.dv,
       p.g + th * (KDA ? kInt8Dk : 1),
       p.beta[th]};
-  int8_token_head<KDA, FULL>(p, sh, seq, h, t0, head, in);
+  int8_token_head<KDA, FULL, false>(p, sh, partial, seq, h, t0, head, in);
 }
 
 // A head of the persistent kernel: launch item i = seq * HV + h, its tokens and slot.
@@ -430,35 +424,46 @@ __device__ __forceinline__ void wait_all_but_newest_group() {
   asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 }
 
-// Persistent kernel at d_v = 128: a grid of resident blocks (dynamic shared memory:
-// Int8TokenShared and two Int8TokenStage), block b stepping items b, b + G, ... (G = gridDim.x).
-// While item n is stepped from stage n % 2, item n + 1's copies are in flight into the other stage
-// and item n + 2's slot id and offsets are being loaded.
-template <bool KDA>
-__global__ void __launch_bounds__(kInt8TokenThreads, 2)
+// Bytes of one stage buffer of the persistent kernel: a head's staged inputs, which are all read
+// before the step's first barrier, and after it the same head's partial column maxima.
+constexpr size_t kStageBufferBytes = sizeof(Int8TokenStage) > kPartialFloats * sizeof(float)
+                                         ? sizeof(Int8TokenStage)
+                                         : kPartialFloats * sizeof(float);
+constexpr size_t kInt8PersistentShared = sizeof(Int8TokenShared) + 2 * kStageBufferBytes;
+
+// Persistent kernel at d_v = 128: a grid of resident blocks (dynamic shared memory
+// kInt8PersistentShared: Int8TokenShared and two stage buffers), block b stepping items b, b + G,
+// ... (G = gridDim.x). While item n is stepped from buffer n % 2, item n + 1's copies are in
+// flight into the other buffer and item n + 2's slot id and offsets are being loaded. KEEP_S: the
+// new state is held in registers from the update to the encode (two blocks per SM), else formed
+// again from the codes at the encode (three).
+template <bool KDA, bool KEEP_S>
+__global__ void __launch_bounds__(kInt8TokenThreads, KEEP_S ? 2 : 3)
     ws_decode_token_int8_persistent(WsParams p) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   Int8TokenShared& sh = *reinterpret_cast<Int8TokenShared*>(dynamic_shared);
-  Int8TokenStage* stage =
-      reinterpret_cast<Int8TokenStage*>(dynamic_shared + sizeof(Int8TokenShared));
+  unsigned char* buffers = dynamic_shared + sizeof(Int8TokenShared);
+  auto stage = [&](int n) -> Int8TokenStage& {
+    return *reinterpret_cast<Int8TokenStage*>(buffers + (n & 1) * kStageBufferBytes);
+  };
   const int items = p.num_seqs * p.HV, G = gridDim.x;
   int i = blockIdx.x;
   if (i >= items) return;
   Int8Item cur = int8_item(p, i);
-  stage_item<KDA>(p, cur, stage[0]);
+  stage_item<KDA>(p, cur, stage(0));
   commit_async_copies();
   Int8Item next = i + G < items ? int8_item(p, i + G) : Int8Item{};
   for (int n = 0; i < items; ++n, i += G) {
-    if (i + G < items) stage_item<KDA>(p, next, stage[(n + 1) & 1]);
+    if (i + G < items) stage_item<KDA>(p, next, stage(n + 1));
     commit_async_copies();
     const Int8Item after = i + 2 * G < items ? int8_item(p, i + 2 * G) : Int8Item{};
     wait_all_but_newest_group();
     __syncthreads();
     if (cur.t0 < cur.t1 && !refuse_extra_tokens(p, cur.seq, cur.h, cur.t1 - cur.t0)) {
-      const Int8TokenStage& st = stage[n & 1];
+      Int8TokenStage& st = stage(n);
       const Int8HeadIn in{st.codes, kStageRow, st.scales, st.q, st.k, st.v, st.g, st.beta[0]};
-      int8_token_head<KDA, true>(p, sh, cur.seq, cur.h, cur.t0,
-                                 static_cast<int64_t>(cur.slot) * p.HV + cur.h, in);
+      int8_token_head<KDA, true, KEEP_S>(p, sh, reinterpret_cast<float*>(&st), cur.seq, cur.h,
+                                         cur.t0, static_cast<int64_t>(cur.slot) * p.HV + cur.h, in);
     }
     __syncthreads();  // the stage and the step's shared memory are free for the next items
     cur = next;
