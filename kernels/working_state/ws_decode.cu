@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 #include <cuda_bf16.h>
@@ -24,7 +23,6 @@
 #include "core/working_state/philox.h"
 #include "kernels/codec/rounding.cuh"
 #include "kernels/common/cuda_check.h"
-#include "kernels/common/device.h"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_decode_token.cuh"
 #include "kernels/working_state/ws_decode_token_int8.cuh"
@@ -349,30 +347,6 @@ void launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream
   const bool kda = a.gate == GateKind::kda, full = a.dv == kMaxDv;
   auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
   if (st == Store::int8) {
-    // d_v = 128: the persistent form, whose staging of the next head's inputs took 5.5% off a
-    // batch of 256 (docs/gpu.md); one block per head where no resident block is available.
-    static const char* variant = std::getenv("STATECHECK_WS_INT8_VARIANT");  // A/B
-    const int form = variant == nullptr ? 2 : variant[0] - '0';  // 0 per head, 2 or 3 per SM
-    if (full && form != 0) {
-      const bool keep = form == 2;
-      const void* kernel =
-          kda ? (keep
-                     ? reinterpret_cast<const void*>(&ws_decode_token_int8_persistent<true, true>)
-                     : reinterpret_cast<const void*>(&ws_decode_token_int8_persistent<true, false>))
-              : (keep ? reinterpret_cast<const void*>(&ws_decode_token_int8_persistent<false, true>)
-                      : reinterpret_cast<const void*>(
-                            &ws_decode_token_int8_persistent<false, false>));
-      const size_t shared = kInt8PersistentShared;
-      const int64_t items = static_cast<int64_t>(a.num_seqs) * a.HV;
-      const int resident = resident_blocks(kernel, kInt8TokenThreads, shared);
-      if (resident > 0 && items > 0) {
-        const int blocks = static_cast<int>(std::min<int64_t>(items, resident));
-        void* args[] = {const_cast<WsParams*>(&p)};
-        STATECHECK_CUDA_CHECK(
-            cudaLaunchKernel(kernel, dim3(blocks), dim3(kInt8TokenThreads), args, shared, stream));
-        return;
-      }
-    }
     auto go8 = [&](auto kernel) { kernel<<<grid, kInt8TokenThreads, 0, stream>>>(p); };
     if (kda)
       full ? go8(ws_decode_token_int8_kernel<true, true>)

@@ -12,17 +12,14 @@
 // A fragments: lane (g = lane / 4, t = lane % 4) holds rows 16 w + g and 16 w + g + 8, key channels
 // 64 c + 16 t .. + 15 for c = 0, 1 (four 16-byte loads). mma kt = 2 c + i takes the lane's words
 // 2 i and 2 i + 1 of chunk c, a permutation of the k index shared with B.
-// Two kernels run this head step: at d_v = 128 a persistent one (two blocks per SM, each walking
-// the launch's heads) copies the next head's codes, scales and token inputs into shared memory by
-// cp.async while it steps the current one, so that a block's global-memory latency (the slot id,
-// then the codes) is not on its path; other d_v take one block per head, reading global memory.
+// One block per head, three blocks per SM (80 registers): the new state is not held from the
+// update to the encode but formed again there from the codes, by the same operations.
 // Errors as ws_decode.h states: a sequence with more than one token {2, sequence, value head, its
 // tokens}, non-finite values {1, sequence, value head, 0}; either leaves the slot as it was.
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/common/bulk_copy.cuh"
 #include "kernels/working_state/ws_decode_chunks.cuh"
 #include "kernels/working_state/ws_step_math.h"
 
@@ -33,7 +30,6 @@ constexpr int kInt8TokenThreads = 256;
 constexpr int kInt8Dk = 128;
 constexpr int kDigitStride = 192;    // bytes per digit row: rows g and g + 1 in other bank groups
 constexpr int kPartialStride = 132;  // floats per row of partial maxima
-constexpr int kStageRow = 144;       // bytes per staged code row: 8 lanes' rows in 8 bank groups
 
 // Position of key channel j in the per-column arrays read by the lanes: chunk c, lane t, word m,
 // element e at ((4 c + m) * 4 + t) * 4 + e, so that the 4 lanes t of a word read 64 consecutive
@@ -64,28 +60,13 @@ struct alignas(16) Int8TokenShared {
   int shift[2];
 };
 
-// One head's staged inputs (the persistent kernel): codes [128 rows][kStageRow], scales (fp32 or
-// bf16 bits), q, k, v (bf16 bits), the gates (KDA: 128, GDN: 1) and beta.
 // The partial column maxima of a step: [8 warp + g][lane_order], each the maximum of 2 rows.
 constexpr int kPartialFloats = 64 * kPartialStride;
 
-struct alignas(16) Int8TokenStage {
-  uint8_t codes[kInt8Dk * kStageRow];
-  float scales[kInt8Dk];
-  uint16_t q[kInt8Dk], k[kInt8Dk], v[kInt8Dk];
-  float g[kInt8Dk];
-  float beta[4];
-};
-
-static_assert(sizeof(Int8TokenShared) % 16 == 0 && sizeof(Int8TokenStage) % 16 == 0 &&
-                  kPartialFloats % 4 == 0,
-              "the stages follow the step's shared memory at 16-byte alignment (cp.async)");
-
-// Where one head's step reads its stored state and token inputs: global memory or a stage.
+// Where one head's step reads its stored state and token inputs in global memory.
 struct Int8HeadIn {
-  const uint8_t* codes;  // row i at codes + i * row_bytes
-  int row_bytes;
-  const void* scales;  // 128 fp32 or bf16 (p.bf16_scale)
+  const uint8_t* codes;  // [d_v, 128] int8
+  const void* scales;    // 128 fp32 or bf16 (p.bf16_scale)
   const uint16_t *q, *k, *v;
   const float* g;
   float beta;
@@ -93,7 +74,7 @@ struct Int8HeadIn {
 
 // The step of value head h of sequence seq (token tok, slot head index `head`), from `in`, into
 // the pool in place. Uniform over the block; returns early (the whole block) on a refusal.
-template <bool KDA, bool FULL, bool KEEP_S>
+template <bool KDA, bool FULL>
 __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShared& sh,
                                                 float* partial, int seq, int h, int tok,
                                                 int64_t head, const Int8HeadIn& in) {
@@ -110,10 +91,9 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int c = 0; c < 2; ++c)
-      cw[r][c] =
-          row_ok[r]
-              ? *reinterpret_cast<const uint4*>(in.codes + rows[r] * in.row_bytes + 64 * c + 16 * t)
-              : make_uint4(0u, 0u, 0u, 0u);
+      cw[r][c] = row_ok[r]
+                     ? *reinterpret_cast<const uint4*>(in.codes + rows[r] * DK + 64 * c + 16 * t)
+                     : make_uint4(0u, 0u, 0u, 0u);
   // The column scales of the lane's 4 key channels lane + 32 i (warps 0-3), for the set-up below.
   float sc4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (tid < DK) {
@@ -240,7 +220,6 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
   }
 
   // The new state S = fma(code, a sc, w k) and each lane's maxima over its two rows.
-  float s[KEEP_S ? 2 : 1][KEEP_S ? 32 : 1];
 #pragma unroll
   for (int c = 0; c < 2; ++c)
 #pragma unroll
@@ -256,7 +235,6 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float v = wsk::fma(int8_code_value(biased, e), a4[e], wsk::mul(wgt[r], k4[e]));
-          if constexpr (KEEP_S) s[r][16 * c + 4 * m + e] = v;
           mx[e] = r == 0 ? fabsf(v) : fmaxf(mx[e], fabsf(v));
         }
       }
@@ -304,25 +282,17 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
       const int u = ((4 * c + m) * 4 + t) * 4;
       const float4 inv = *reinterpret_cast<const float4*>(sh.inv + u);
       const float i4[4] = {inv.x, inv.y, inv.z, inv.w};
-      float a4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, k4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if constexpr (!KEEP_S) {
-        const float4 asc = *reinterpret_cast<const float4*>(sh.asc + u);
-        const float4 kn = *reinterpret_cast<const float4*>(sh.kn + u);
-        a4[0] = asc.x, a4[1] = asc.y, a4[2] = asc.z, a4[3] = asc.w;
-        k4[0] = kn.x, k4[1] = kn.y, k4[2] = kn.z, k4[3] = kn.w;
-      }
+      const float4 asc = *reinterpret_cast<const float4*>(sh.asc + u);
+      const float4 kn = *reinterpret_cast<const float4*>(sh.kn + u);
+      const float a4[4] = {asc.x, asc.y, asc.z, asc.w}, k4[4] = {kn.x, kn.y, kn.z, kn.w};
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint32_t biased = word_of(cw[r][c], m) ^ 0x80808080u;
         uint32_t b[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          // The new state: kept from the update, or formed again by the same operations.
-          float v;
-          if constexpr (KEEP_S)
-            v = s[r][16 * c + 4 * m + e];
-          else
-            v = wsk::fma(int8_code_value(biased, e), a4[e], wsk::mul(wgt[r], k4[e]));
+          // The new state again, by the operations of the update above.
+          const float v = wsk::fma(int8_code_value(biased, e), a4[e], wsk::mul(wgt[r], k4[e]));
           b[e] = __float_as_uint(__fmaf_rn(v, i4[e], 12582912.0f));
         }
         wd[r][m] = pack4(b[0], b[1], b[2], b[3]);
@@ -351,124 +321,13 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
   const int kh = h / (p.HV / p.H);
   const Int8HeadIn in{
       p.codes + head * p.dv * kInt8Dk,
-      kInt8Dk,
       static_cast<const uint8_t*>(p.scales) + head * kInt8Dk * (p.bf16_scale ? 2 : 4),
       p.q + (static_cast<int64_t>(t0) * p.H + kh) * kInt8Dk,
       p.k + (static_cast<int64_t>(t0) * p.H + kh) * kInt8Dk,
       p.v + th * p.dv,
       p.g + th * (KDA ? kInt8Dk : 1),
       p.beta[th]};
-  int8_token_head<KDA, FULL, false>(p, sh, partial, seq, h, t0, head, in);
-}
-
-// A head of the persistent kernel: launch item i = seq * HV + h, its tokens and slot.
-struct Int8Item {
-  int seq = 0, h = 0, t0 = 0, t1 = 0, slot = 0;
-};
-
-__device__ __forceinline__ Int8Item int8_item(const WsParams& p, int i) {
-  Int8Item m;
-  m.seq = i / p.HV, m.h = i % p.HV;
-  m.t0 = p.cu[m.seq], m.t1 = p.cu[m.seq + 1];
-  m.slot = p.slot_ids[m.seq];
-  return m;
-}
-
-// Issues the cp.async copies of item m's inputs into `st` (nothing for an item the step skips:
-// no token, or more than one). 16-byte pieces: codes 1024 (4 per thread), fp32 scales 32 (bf16
-// 16), q, k and v 16 each, KDA's gates 32; GDN's gate and beta 4 bytes.
-template <bool KDA>
-__device__ __forceinline__ void stage_item(const WsParams& p, const Int8Item& m,
-                                           Int8TokenStage& st) {
-  if (m.t1 - m.t0 != 1) return;
-  const int tid = threadIdx.x;
-  const int64_t head = static_cast<int64_t>(m.slot) * p.HV + m.h;
-  const int64_t th = static_cast<int64_t>(m.t0) * p.HV + m.h;
-  const uint8_t* src = p.codes + head * kInt8Dk * kInt8Dk;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int piece = tid + kInt8TokenThreads * i, row = piece >> 3, col = (piece & 7) * 16;
-    copy_async16(st.codes + row * kStageRow + col, src + row * kInt8Dk + col, true);
-  }
-  const int kh = m.h / (p.HV / p.H);
-  const int scale_pieces = p.bf16_scale ? 16 : 32;
-  if (tid < scale_pieces) {
-    copy_async16(
-        reinterpret_cast<uint8_t*>(st.scales) + 16 * tid,
-        static_cast<const uint8_t*>(p.scales) + head * kInt8Dk * (p.bf16_scale ? 2 : 4) + 16 * tid,
-        true);
-  } else if (tid >= 32 && tid < 80) {
-    const int which = (tid - 32) >> 4, piece = (tid - 32) & 15;
-    const uint16_t* from = which == 0   ? p.q + (static_cast<int64_t>(m.t0) * p.H + kh) * kInt8Dk
-                           : which == 1 ? p.k + (static_cast<int64_t>(m.t0) * p.H + kh) * kInt8Dk
-                                        : p.v + th * kInt8Dk;
-    uint16_t* to = which == 0 ? st.q : which == 1 ? st.k : st.v;
-    copy_async16(to + 8 * piece, from + 8 * piece, true);
-  } else if (KDA && tid >= 96 && tid < 128) {
-    copy_async16(st.g + 4 * (tid - 96), p.g + th * kInt8Dk + 4 * (tid - 96), true);
-  } else if (tid == 128) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(st.beta)),
-                 "l"(p.beta + th));
-    if constexpr (!KDA)
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(st.g)),
-                   "l"(p.g + th));
-  }
-}
-
-__device__ __forceinline__ void commit_async_copies() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most the newest group of the thread's cp.async copies is in flight.
-__device__ __forceinline__ void wait_all_but_newest_group() {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
-// Bytes of one stage buffer of the persistent kernel: a head's staged inputs, which are all read
-// before the step's first barrier, and after it the same head's partial column maxima.
-constexpr size_t kStageBufferBytes = sizeof(Int8TokenStage) > kPartialFloats * sizeof(float)
-                                         ? sizeof(Int8TokenStage)
-                                         : kPartialFloats * sizeof(float);
-constexpr size_t kInt8PersistentShared = sizeof(Int8TokenShared) + 2 * kStageBufferBytes;
-
-// Persistent kernel at d_v = 128: a grid of resident blocks (dynamic shared memory
-// kInt8PersistentShared: Int8TokenShared and two stage buffers), block b stepping items b, b + G,
-// ... (G = gridDim.x). While item n is stepped from buffer n % 2, item n + 1's copies are in
-// flight into the other buffer and item n + 2's slot id and offsets are being loaded. KEEP_S: the
-// new state is held in registers from the update to the encode (two blocks per SM), else formed
-// again from the codes at the encode (three).
-template <bool KDA, bool KEEP_S>
-__global__ void __launch_bounds__(kInt8TokenThreads, KEEP_S ? 2 : 3)
-    ws_decode_token_int8_persistent(WsParams p) {
-  extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  Int8TokenShared& sh = *reinterpret_cast<Int8TokenShared*>(dynamic_shared);
-  unsigned char* buffers = dynamic_shared + sizeof(Int8TokenShared);
-  auto stage = [&](int n) -> Int8TokenStage& {
-    return *reinterpret_cast<Int8TokenStage*>(buffers + (n & 1) * kStageBufferBytes);
-  };
-  const int items = p.num_seqs * p.HV, G = gridDim.x;
-  int i = blockIdx.x;
-  if (i >= items) return;
-  Int8Item cur = int8_item(p, i);
-  stage_item<KDA>(p, cur, stage(0));
-  commit_async_copies();
-  Int8Item next = i + G < items ? int8_item(p, i + G) : Int8Item{};
-  for (int n = 0; i < items; ++n, i += G) {
-    if (i + G < items) stage_item<KDA>(p, next, stage(n + 1));
-    commit_async_copies();
-    const Int8Item after = i + 2 * G < items ? int8_item(p, i + 2 * G) : Int8Item{};
-    wait_all_but_newest_group();
-    __syncthreads();
-    if (cur.t0 < cur.t1 && !refuse_extra_tokens(p, cur.seq, cur.h, cur.t1 - cur.t0)) {
-      Int8TokenStage& st = stage(n);
-      const Int8HeadIn in{st.codes, kStageRow, st.scales, st.q, st.k, st.v, st.g, st.beta[0]};
-      int8_token_head<KDA, true, KEEP_S>(p, sh, reinterpret_cast<float*>(&st), cur.seq, cur.h,
-                                         cur.t0, static_cast<int64_t>(cur.slot) * p.HV + cur.h, in);
-    }
-    __syncthreads();  // the stage and the step's shared memory are free for the next items
-    cur = next;
-    next = after;
-  }
+  int8_token_head<KDA, FULL>(p, sh, partial, seq, h, t0, head, in);
 }
 
 }  // namespace

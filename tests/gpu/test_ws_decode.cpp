@@ -565,8 +565,8 @@ const std::vector<Case> kTokenCases = {
      false,
      {1, 1},
      false},
-    // More heads than an H100 or H200 holds blocks of the d_v = 128 int8 kernel (2 per SM), so
-    // each block steps several heads, staging the next while it steps the current one.
+    // More heads (1152) than an H100 or H200 holds blocks of the int8 kernel at once (3 per SM,
+    // 396), so the launch runs in several waves of blocks.
     {"int8_gdn_H32_HV96_dv128_many_heads",
      32,
      96,
