@@ -1,18 +1,15 @@
-// The single-token working-state decode kernel (ws_decode.cu, its only includer): one launch of
-// ws_decode in which no sequence has more than one token (WsDecodeArgs::max_tokens = 1), for the
-// round-to-nearest int8 and fp8_e4m3 formats at d_k = 128 without init_state. It computes the
-// same bits as ws_decode_kernel (the same lane layout, the same fp32 operations in the same order,
-// ws_decode_reference.h), with less work per element where the general kernel repeats itself:
+// The single-token working-state decode kernel of fp8_e4m3 (ws_decode.cu, its only includer; int8
+// has its own, ws_decode_token_int8.cuh): one launch of ws_decode in which no sequence has more
+// than one token (WsDecodeArgs::max_tokens = 1), for fp8_e4m3 rounded to nearest even at d_k = 128
+// without init_state. It computes the same bits as ws_decode_kernel (the same lane layout, the
+// same fp32 operations in the same order, ws_decode_reference.h), with less work per element where
+// the general kernel repeats itself:
 //   - q and k are normalised once per block, by the 16 lanes that would each compute the same
 //     sums in the general kernel (8 lanes per vector, the same butterfly), and the gates'
 //     exponentials once per key channel; every thread reads them from shared memory;
 //   - the column amax goes to shared memory as each thread's 4-row maxima, and 8 lanes per 4
 //     columns reduce the 32 row groups (max is exact in any order), in place of two rounds of
 //     shuffles per column in every thread;
-//   - the int8 codes come from one fused multiply-add on a 2^-14 grid per element, an integer
-//     test of its fraction bits and a byte shuffle per two elements (ws_int8_codes4_grid,
-//     element_codec.h), in place of the general kernel's two fused multiply-adds, subtraction
-//     and comparison (the same codes);
 //   - no token loop: the stored state is decoded once and encoded once.
 // Layout: one block of 256 threads per (sequence, value head); 8 lanes per state row, lane `sub`
 // owning key channels 16 sub .. 16 sub + 15; thread (row group rg, sub) holds rows rg + 32 r,
@@ -66,7 +63,7 @@ __device__ __forceinline__ void encode_token_chunk(const float (&x)[16], const f
   }
 }
 
-// Grid (num_seqs, HV), kTokenThreads threads. ST: int8 or fp8 (round to nearest even); FULL:
+// Grid (num_seqs, HV), kTokenThreads threads. ST: fp8 (round to nearest even); FULL:
 // d_v = 128, so no row is tested.
 template <Store ST, bool KDA, bool FULL>
 __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsParams p) {
