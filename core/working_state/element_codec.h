@@ -172,9 +172,10 @@ WS_HD float ws_fma(float x, float y, float z) {
 // exact product x inv, ties to even, from one fused multiply-add onto 1.5 * 2^23 (where floats are
 // integers: the low byte of the sum's bits is the code in two's complement). It differs from
 // ws_int8_rne (rint of fl(x / s)) only where x / s lies within about 2^-24 |x / s| of a
-// half-integer. No clamp is needed for amax-derived scales: |x| <= amax, s = amax / 127 rounded
-// to fp32 (or further to bf16, relative error below 2^-8) give |x inv| <= 127 (1 + 2^-24)^2 / (1 -
-// 2^-8), below 127.499.
+// half-integer. Precondition (the caller's): x finite and |x inv| < 127.5; outside it the code
+// wraps modulo 256 and a non-finite x gives an arbitrary byte. Amax-derived scales meet it without
+// a clamp: |x| <= amax, s = amax / 127 rounded to fp32 (or further to bf16, relative error below
+// 2^-8) give |x inv| <= 127 (1 + 2^-24)^2 / (1 - 2^-8), below 127.499.
 WS_HD int8_t ws_int8_rne_recip(float x, float inv) {
   return static_cast<int8_t>(ws_float_bits(ws_fma(x, inv, 12582912.0f)) & 0xFFu);
 }

@@ -16,7 +16,10 @@
 // 0), element = i * d_k + j, position = positions[s] + (t - cu_seqlens[s]), sequence =
 // seq_index[s] (core/working_state/philox.h). Every rounding of the fp32 step is fixed (the order
 // of sums is that of the kernel's lane layout, written out in ws_decode_reference.h), so the CPU
-// reference gives the same bits.
+// reference gives the same bits. int8 rounded to nearest even computes the same update and
+// output on the stored codes with exact row dot products and encodes by rint(S fl(1 / scale_j))
+// (the int8 step of ws_decode_reference.h; docs/working_state.md, "int8 in the CUDA decode"); its
+// output o_t = fma(w, k.q, a S_prev q) does not read the new S.
 //
 // Shapes (outermost first, row-major, strides in elements):
 //   codes       [pool_slots, HV, d_v, d_k]   int8 / E4M3 bytes, or bf16 bits; 16-byte aligned
@@ -39,10 +42,12 @@
 // slot ids are a caller error (they race).
 //
 // Non-finite values are refused, as the checkpoint codec's stores refuse them: when a token's
-// output or updated state of a head is not finite (a non-finite state always gives a non-finite
-// output row: NaN and Inf survive the readout's multiply-adds), the head's stored state and
-// scales stay as they were before the launch, its later tokens are not run (their outputs are not
-// written), and error_info records {1, sequence, value head, token offset} of one such head
+// output or updated state of a head is not finite (in the float step a non-finite state always
+// gives a non-finite output row: NaN and Inf survive the readout's multiply-adds; int8 RNE tests
+// every column amax as well, and refuses a non-finite a sc_j, a sc_j k_j or a sc_j q_j before the
+// step, writing that token's outputs as NaN), the head's stored state and scales stay as they
+// were before the launch, its later tokens are not run (their outputs are not written), and
+// error_info records {1, sequence, value head, token offset} of one such head
 // (check_ws_decode_error turns it into an Error).
 #pragma once
 

@@ -11,7 +11,8 @@
 //   per row i: S_ij *= a(_j); part_L = fma chain of S_ij k_j; w = beta * (v_i - sum8(part));
 //              S_ij = fma(w, k_j, S_ij); acc_L = fma chain of S_ij q_j; o_i = bf16_rne(sum8(acc))
 //   stored = encode(S) per format: scale_j = ws_column_scale(max_i |S_ij|, 127 or 448), codes by
-//            ws_int8_rne / ws_int8_sr / ws_fp8_e4m3_rne(S / scale) / ws_fp8_e4m3_sr / ws_bf16_rne /
+//            ws_int8_rne_recip(S, fl(1 / scale)) / ws_int8_sr / ws_fp8_e4m3_rne(S / scale) /
+//            ws_fp8_e4m3_sr / ws_bf16_rne /
 //            ws_bf16_sr with Philox words rounding_word(rounding_key(seed, layer, h), i d_k + j,
 //            position, sequence index); the next token reads decode(stored).
 // int8 rounded to nearest even (fp32 or bf16 scales) steps on the codes instead, every token but
@@ -25,8 +26,8 @@
 // S fl(1 / scale), not of the quotient S / scale (the two differ only where S / scale lies within
 // about 2^-24 |S / scale| <= 2^-17 of a half-integer, docs/working_state.md). A non-finite asc, x
 // or y refuses the head (that token's outputs are written as NaN 0x7FC0), as does a non-finite
-// column amax (int8 only). A head whose output row at some token is not finite is refused: its slot
-// keeps its stored state, that token's outputs are written, later tokens' are not.
+// column amax (int8 RNE only). A head whose output row at some token is not finite is refused: its
+// slot keeps its stored state, that token's outputs are written, later tokens' are not.
 #pragma once
 
 #include <cstdint>

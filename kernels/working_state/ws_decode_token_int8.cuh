@@ -6,8 +6,9 @@
 // six digit columns of the token's vectors (base-256 digits of a sc k and a sc q at their shifts,
 // wsk::dot_digits) are the B operand, so both dot products of 16 rows cost four mma per warp and
 // are exact. What is left per element is the code's conversion to fp32 (a byte permute and an
-// add), the update fma(code, a sc, w k), the column maximum and the requantization (one fused
-// multiply-add and three quarters of a byte permute).
+// add), the update fma(code, a sc, w k) and the column maximum, then at the encode the conversion
+// and the update again and the requantization (one fused multiply-add and three quarters of a
+// byte permute).
 // Layout: 256 threads per (sequence, value head); warp w holds rows 16 w .. 16 w + 15 as the mma's
 // A fragments: lane (g = lane / 4, t = lane % 4) holds rows 16 w + g and 16 w + g + 8, key channels
 // 64 c + 16 t .. + 15 for c = 0, 1 (four 16-byte loads). mma kt = 2 c + i takes the lane's words
