@@ -1,6 +1,6 @@
-// The single-token int8 working-state decode kernels (ws_decode.cu, their only includer): one
-// launch of ws_decode in which no sequence has more than one token (WsDecodeArgs::max_tokens = 1),
-// for int8 rounded to nearest even at d_k = 128 without init_state. They compute the int8 step of
+// The single-token int8 working-state decode kernel (ws_decode.cu, its only includer): one launch
+// of ws_decode in which no sequence has more than one token (WsDecodeArgs::max_tokens = 1), for
+// int8 rounded to nearest even at d_k = 128 without init_state. It computes the int8 step of
 // ws_decode_reference.h bit for bit, as the general kernel does, with the row dot products on
 // tensor cores: the codes are the A operand of mma.sync m16n8k32 s8 x s8 -> s32 as loaded, and the
 // six digit columns of the token's vectors (base-256 digits of a sc k and a sc q at their shifts,
@@ -64,25 +64,31 @@ struct alignas(16) Int8TokenShared {
 // The partial column maxima of a step: [8 warp + g][lane_order], each the maximum of 2 rows.
 constexpr int kPartialFloats = 64 * kPartialStride;
 
-// Where one head's step reads its stored state and token inputs in global memory.
-struct Int8HeadIn {
-  const uint8_t* codes;  // [d_v, 128] int8
-  const void* scales;    // 128 fp32 or bf16 (p.bf16_scale)
-  const uint16_t *q, *k, *v;
-  const float* g;
-  float beta;
-};
-
-// The step of value head h of sequence seq (token tok, slot head index `head`), from `in`, into
-// the pool in place. Uniform over the block; returns early (the whole block) on a refusal.
+// Grid (num_seqs, HV), kInt8TokenThreads threads: block (seq, h) steps value head h of sequence
+// seq in place. FULL: d_v = 128, so no row is tested. A refusal returns the whole block early.
 template <bool KDA, bool FULL>
-__device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShared& sh,
-                                                float* partial, int seq, int h, int tok,
-                                                int64_t head, const Int8HeadIn& in) {
+__global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_kernel(WsParams p) {
   constexpr int DK = kInt8Dk;
+  __shared__ Int8TokenShared sh;
+  __shared__ __align__(16) float partial[kPartialFloats];
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
+  if (t0 >= t1) return;                                 // uniform over the block
+  if (refuse_extra_tokens(p, seq, h, t1 - t0)) return;  // launched only with max_tokens 1
+  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
+  const int64_t th = static_cast<int64_t>(t0) * p.HV + h;
+  const int kh = h / (p.HV / p.H);
+  uint8_t* codes = p.codes + head * p.dv * DK;
+  const void* stored_scales =
+      static_cast<const uint8_t*>(p.scales) + head * kInt8Dk * (p.bf16_scale ? 2 : 4);
+  const uint16_t* qt = p.q + (static_cast<int64_t>(t0) * p.H + kh) * kInt8Dk;
+  const uint16_t* kt = p.k + (static_cast<int64_t>(t0) * p.H + kh) * kInt8Dk;
+  const uint16_t* vt = p.v + th * p.dv;
+  const float* gt = p.g + th * (KDA ? kInt8Dk : 1);
+  const float beta = p.beta[th];
+  const int tok = t0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int dv = p.dv;
-  uint8_t* codes = p.codes + head * dv * DK;
   const int rows[2] = {16 * warp + g, 16 * warp + g + 8};
   const bool row_ok[2] = {FULL || rows[0] < dv, FULL || rows[1] < dv};
 
@@ -92,16 +98,15 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int c = 0; c < 2; ++c)
-      cw[r][c] = row_ok[r]
-                     ? *reinterpret_cast<const uint4*>(in.codes + rows[r] * DK + 64 * c + 16 * t)
-                     : make_uint4(0u, 0u, 0u, 0u);
+      cw[r][c] = row_ok[r] ? *reinterpret_cast<const uint4*>(codes + rows[r] * DK + 64 * c + 16 * t)
+                           : make_uint4(0u, 0u, 0u, 0u);
   // The column scales of the lane's 4 key channels lane + 32 i (warps 0-3), for the set-up below.
   float sc4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (tid < DK) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      sc4[i] = p.bf16_scale ? bf16_value(static_cast<const uint16_t*>(in.scales)[lane + 32 * i])
-                            : static_cast<const float*>(in.scales)[lane + 32 * i];
+      sc4[i] = p.bf16_scale ? bf16_value(static_cast<const uint16_t*>(stored_scales)[lane + 32 * i])
+                            : static_cast<const float*>(stored_scales)[lane + 32 * i];
   }
 
   // q and k normalised and scaled (8 lanes per vector, as the reference's lanes), the decays.
@@ -109,7 +114,7 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
     const bool is_k = tid >= 8;
     const int j0 = (tid & 7) * 16;
     float x[16];
-    load_bf16<16>((is_k ? in.k : in.q) + j0, x);
+    load_bf16<16>((is_k ? kt : qt) + j0, x);
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < 16; ++e) ss = wsk::fma(x[e], x[e], ss);
@@ -122,15 +127,14 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
   if constexpr (KDA) {
     if (tid >= kInt8TokenThreads - DK) {
       const int j = tid - (kInt8TokenThreads - DK);
-      sh.a[j] = wsk::exp(in.g[j]);
+      sh.a[j] = wsk::exp(gt[j]);
     }
   } else if (tid == 32) {
-    sh.a[0] = wsk::exp(in.g[0]);
+    sh.a[0] = wsk::exp(gt[0]);
   }
   float vr[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) vr[r] = row_ok[r] ? bf16_value(in.v[rows[r]]) : 0.0f;
-  const float beta = in.beta;
+  for (int r = 0; r < 2; ++r) vr[r] = row_ok[r] ? bf16_value(vt[rows[r]]) : 0.0f;
   __syncthreads();
 
   // The column values: warps 0-3 each form all 128 (4 per lane) for the shifts, and the digits,
@@ -305,30 +309,6 @@ __device__ __forceinline__ void int8_token_head(const WsParams& p, Int8TokenShar
         *reinterpret_cast<uint4*>(codes + rows[r] * DK + 64 * c + 16 * t) =
             make_uint4(wd[r][0], wd[r][1], wd[r][2], wd[r][3]);
   }
-}
-
-// One block per head: grid (num_seqs, HV), kInt8TokenThreads threads. FULL: d_v = 128, so no row
-// is tested.
-template <bool KDA, bool FULL>
-__global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_kernel(WsParams p) {
-  __shared__ Int8TokenShared sh;
-  __shared__ __align__(16) float partial[kPartialFloats];
-  const int seq = blockIdx.x, h = blockIdx.y;
-  const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
-  if (t0 >= t1) return;                                 // uniform over the block
-  if (refuse_extra_tokens(p, seq, h, t1 - t0)) return;  // launched only with max_tokens 1
-  const int64_t head = static_cast<int64_t>(p.slot_ids[seq]) * p.HV + h;
-  const int64_t th = static_cast<int64_t>(t0) * p.HV + h;
-  const int kh = h / (p.HV / p.H);
-  const Int8HeadIn in{
-      p.codes + head * p.dv * kInt8Dk,
-      static_cast<const uint8_t*>(p.scales) + head * kInt8Dk * (p.bf16_scale ? 2 : 4),
-      p.q + (static_cast<int64_t>(t0) * p.H + kh) * kInt8Dk,
-      p.k + (static_cast<int64_t>(t0) * p.H + kh) * kInt8Dk,
-      p.v + th * p.dv,
-      p.g + th * (KDA ? kInt8Dk : 1),
-      p.beta[th]};
-  int8_token_head<KDA, FULL>(p, sh, partial, seq, h, t0, head, in);
 }
 
 }  // namespace
