@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -35,7 +37,9 @@ namespace {
 // threads at d_v = 128, two blocks per SM) read from the head's slot in the pool, decoded, stepped,
 // encoded and written back to it. FULL: every thread's 4 rows exist (d_v = 4 x row groups, i.e. d_v
 // a multiple of 16), so no row is tested: the round-to-nearest int8 and fp8 stores on the real
-// models' heads (d_k = d_v = 128).
+// models' heads (d_k = d_v = 128). int8 rounded to nearest even keeps the codes between tokens and
+// not the fp32 state: the step reads the codes, and the encode forms the new state again from them
+// (exact_int8_rows), so only the first token of an init_state launch holds an fp32 state.
 template <Store ST, int CPL, bool KDA, bool SR, bool FULL>
 __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(WsParams p) {
   constexpr int RPT = 4;
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
       load_f32<CPL>(static_cast<const float*>(src_scales) + j0, sc);
     }
   }
-  float s[RPT][CPL];
+  float s[RPT][CPL];  // the fp32 state (kExact: only an init_state launch's first token)
   uint32_t cw[kExact ? RPT : 1][kExact ? NW : 1];  // kExact: the state's codes, as stored
   if (p.init_state) {
     // An fp32 state given for this launch (init_state): read as it is, not decoded.
@@ -119,9 +123,14 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
   const uint32_t pos0 = p.positions ? static_cast<uint32_t>(p.positions[seq]) : 0u;
   const uint32_t seq_id = p.seq_index ? static_cast<uint32_t>(p.seq_index[seq]) : uint32_t(seq);
   const float cmax = ST == Store::int8 ? 127.0f : 448.0f;
-  bool bad = false;
-  for (int t = t0; t < t1; ++t) {
-    const int buf = (t - t0) & 1;
+
+  // Token t: the step, the output, the new scales and the encode (written back after the last
+  // token, else kept for the next). CODES (kExact only): the step on the codes cw; otherwise on the
+  // fp32 state s. False when the head is refused (the stored state and scales are left as they
+  // were), uniformly over the block.
+  auto token = [&](const int t, auto codes_step) -> bool {
+    constexpr bool CODES = decltype(codes_step)::value;
+    [[maybe_unused]] const int buf = (t - t0) & 1;
     // Token inputs: this lane's key channels of q, k (and KDA's g), the rows' v, beta.
     float q[CPL], kk[CPL], a[KDA ? CPL : 1];
     load_bf16<CPL>(p.q + (static_cast<int64_t>(t) * p.H + kh) * dk + j0, q);
@@ -172,13 +181,15 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
       a[0] = wsk::exp(a[0]);
     }
 
-    // The delta rule on the rows and the readout.
-    float out[RPT];
-    if (kExact && (t > t0 || !p.init_state)) {
-      if constexpr (kExact)
-        exact_int8_rows<RPT, CPL, KDA>(cw, sc, a, kk, q, beta, vr, row_ok, s, out, bad);
+    // The delta rule on the rows and the readout; m: the thread's part of the column amax.
+    float out[RPT], m[CPL];
+    [[maybe_unused]] float asc[CODES ? CPL : 1], wgt[CODES ? RPT : 1];
+    bool bad = false;
+    if constexpr (CODES) {
+      exact_int8_rows<RPT, CPL, KDA>(cw, sc, a, kk, q, beta, vr, row_ok, asc, wgt, m, out, bad);
     } else {
       delta_rule_rows<RPT, CPL, KDA>(s, a, kk, q, beta, vr, row_ok, out, bad);
+      if constexpr (kScaled) row_maxima(s, row_ok, m);
     }
     if (p.o && sub == 0) {
       uint16_t* ot = p.o + (static_cast<int64_t>(t) * p.HV + h) * dv;
@@ -187,9 +198,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
         if (row_ok[r]) ot[rows[r]] = ws_bf16_rne(out[r]);
     }
     if constexpr (kScaled) {
-      // The column amax, after the rows (exact, so in any order; m is not live during the update).
-      float m[CPL];
-      row_maxima(s, row_ok, m);
+      // The column amax over the warp's row groups (exact, so in any order), then over the warps.
 #pragma unroll
       for (int e = 0; e < CPL; ++e) {
         m[e] = fmaxf(m[e], __shfl_xor_sync(0xffffffffu, m[e], 8));
@@ -205,11 +214,12 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
     }
     if (__syncthreads_or(bad)) {
       record_refusal(p, 1, seq, h, t - t0);
-      return;  // the stored state and scales are left as they were
+      return false;
     }
     const bool last = t + 1 == t1;
     if constexpr (kScaled) {
-      bool col_bad = false;  // kExact: a column amax that is not finite refuses the head
+      [[maybe_unused]] bool col_bad =
+          false;  // kExact: a column amax that is not finite refuses the head
       for (int j = threadIdx.x; j < dk; j += blockDim.x) {
         const int slot = column_slot<CPL>(j);
         const float* col_max = sm_amax + buf * nwarps * dk + slot;
@@ -229,7 +239,7 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
       if constexpr (kExact) {
         if (__syncthreads_or(col_bad)) {
           record_refusal(p, 1, seq, h, t - t0);
-          return;
+          return false;
         }
         if (last)
           for (int j = threadIdx.x; j < dk; j += blockDim.x) {
@@ -245,17 +255,19 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
 #pragma unroll
       for (int e = 0; e < CPL; e += 4) {
         const int slot = buf * dk + column_slot<CPL>(j0 + e);
-        const float4 a = *reinterpret_cast<const float4*>(sm_scale + slot);
-        const float4 b = *reinterpret_cast<const float4*>(sm_inv + slot);
-        sc[e] = a.x, sc[e + 1] = a.y, sc[e + 2] = a.z, sc[e + 3] = a.w;
-        inv[e] = b.x, inv[e + 1] = b.y, inv[e + 2] = b.z, inv[e + 3] = b.w;
+        const float4 a4 = *reinterpret_cast<const float4*>(sm_scale + slot);
+        const float4 b4 = *reinterpret_cast<const float4*>(sm_inv + slot);
+        sc[e] = a4.x, sc[e + 1] = a4.y, sc[e + 2] = a4.z, sc[e + 3] = a4.w;
+        inv[e] = b4.x, inv[e + 1] = b4.y, inv[e + 2] = b4.z, inv[e + 3] = b4.w;
       }
     }
-    const uint32_t pos = pos0 + static_cast<uint32_t>(t - t0);
+    [[maybe_unused]] const uint32_t pos = pos0 + static_cast<uint32_t>(t - t0);
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
       uint32_t w[NW];
-      if constexpr (kExact)
+      if constexpr (CODES)
+        encode_int8_new_state<CPL>(cw[r], asc, wgt[r], kk, inv, w);
+      else if constexpr (kExact)
         encode_int8_recip<CPL>(s[r], inv, w);
       else
         encode_chunk<ST, CPL, SR>(p, s[r], sc, inv, key, static_cast<uint32_t>(rows[r] * dk + j0),
@@ -269,6 +281,18 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
         decode_chunk<ST, CPL>(w, sc, s[r]);
       }
     }
+    return true;
+  };
+
+  int t = t0;
+  if constexpr (kExact) {
+    // The first token of an init_state launch steps the given fp32 state; the rest, the codes.
+    if (p.init_state && !token(t++, std::false_type{})) return;
+    for (; t < t1; ++t)
+      if (!token(t, std::true_type{})) return;
+  } else {
+    for (; t < t1; ++t)
+      if (!token(t, std::false_type{})) return;
   }
 }
 
@@ -347,13 +371,25 @@ void launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream
   const bool kda = a.gate == GateKind::kda, full = a.dv == kMaxDv;
   auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
   if (st == Store::int8) {
-    auto go8 = [&](auto kernel) { kernel<<<grid, kInt8TokenThreads, 0, stream>>>(p); };
-    if (kda)
-      full ? go8(ws_decode_token_int8_kernel<true, true>)
-           : go8(ws_decode_token_int8_kernel<true, false>);
-    else
-      full ? go8(ws_decode_token_int8_kernel<false, true>)
-           : go8(ws_decode_token_int8_kernel<false, false>);
+    static const char* variant = std::getenv("STATECHECK_WS_INT8_VARIANT");  // A/B
+    const bool two = variant == nullptr || variant[0] != '1';
+    auto go8 = [&](auto kernel, int threads) { kernel<<<grid, threads, 0, stream>>>(p); };
+    const int t1 = int8_token_threads<1>(), t2 = int8_token_threads<2>();
+    if (two) {
+      if (kda)
+        full ? go8(ws_decode_token_int8_kernel<true, true, 2>, t2)
+             : go8(ws_decode_token_int8_kernel<true, false, 2>, t2);
+      else
+        full ? go8(ws_decode_token_int8_kernel<false, true, 2>, t2)
+             : go8(ws_decode_token_int8_kernel<false, false, 2>, t2);
+    } else {
+      if (kda)
+        full ? go8(ws_decode_token_int8_kernel<true, true, 1>, t1)
+             : go8(ws_decode_token_int8_kernel<true, false, 1>, t1);
+      else
+        full ? go8(ws_decode_token_int8_kernel<false, true, 1>, t1)
+             : go8(ws_decode_token_int8_kernel<false, false, 1>, t1);
+    }
   } else {
     if (kda)
       full ? go(ws_decode_token_kernel<Store::fp8, true, true>)

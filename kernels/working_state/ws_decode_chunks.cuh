@@ -241,6 +241,13 @@ __device__ __forceinline__ float int8_code_value(uint32_t biased, int e) {
   return __fadd_rn(__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u + e)), -8388736.0f);
 }
 
+// Element e of the new int8 state from the biased word of its codes: fma(code, a sc, w k), the
+// update of docs/working_state.md ("int8 in the CUDA decode").
+__device__ __forceinline__ float int8_new_state(uint32_t biased, int e, float asc, float wgt,
+                                                float k) {
+  return wsk::fma(int8_code_value(biased, e), asc, wsk::mul(wgt, k));
+}
+
 // The int8 RNE codes of CPL elements x for the reciprocal scales inv, packed 4 per word
 // (ws_int8_rne_recip: one fused multiply-add each, the low bytes of the sums).
 template <int CPL>
@@ -277,18 +284,22 @@ __device__ __forceinline__ void digit_words(const float* x, int E, uint32_t& w0,
 // column scales sc, in the order ws_decode_reference.h writes out for int8 RNE: per column
 // asc = a sc, x = asc k, y = asc q; the rows' dot products with x and y exact on base-256 digits
 // (wsk::dot_digits at the row's shared shift, 8-lane integer sums of dp4a products, then
-// wsk::dot_value); w = beta (v - S x), out = fma(w, k.q, S y) with k.q the fma chain over the
-// lane's channels then row_sum; S_new = fma(code, asc, w k) into s. A column value that is not
-// finite sets every output to NaN and `bad`; a non-finite output of an existing row sets `bad`.
+// wsk::dot_value); w = beta (v - S x) into wgt, out = fma(w, k.q, S y) with k.q the fma chain over
+// the lane's channels then row_sum. The new state S_new = fma(code, asc, w k) (int8_new_state) is
+// not kept: m[e] is the maximum of its |values| in column e over the existing rows (row_ok; 0
+// without any), the thread's part of the column amax, and the encode forms it again. A column
+// value that is not finite sets every output to NaN and `bad`; a non-finite output of an existing
+// row sets `bad`.
 template <int RPT, int CPL, bool KDA>
 __device__ __forceinline__ void exact_int8_rows(const uint32_t (&cw)[RPT][CPL / 4],
                                                 const float (&sc)[CPL], const float* a,
                                                 const float (&kk)[CPL], const float (&q)[CPL],
                                                 float beta, const float (&vr)[RPT],
-                                                const bool (&row_ok)[RPT], float (&s)[RPT][CPL],
+                                                const bool (&row_ok)[RPT], float (&asc)[CPL],
+                                                float (&wgt)[RPT], float (&m)[CPL],
                                                 float (&out)[RPT], bool& bad) {
   constexpr int NW = CPL / 4;
-  float asc[CPL], x[CPL], y[CPL];
+  float x[CPL], y[CPL];
   bool col_bad = false;
   float xm = 0.0f, ym = 0.0f, kq = 0.0f;
 #pragma unroll
@@ -302,13 +313,11 @@ __device__ __forceinline__ void exact_int8_rows(const uint32_t (&cw)[RPT][CPL / 
     ym = fmaxf(ym, fabsf(y[e]));
     kq = wsk::fma(kk[e], q[e], kq);
   }
+#pragma unroll
+  for (int e = 0; e < CPL; ++e) m[e] = 0.0f;
   if (__any_sync(0xffffffffu, col_bad)) {  // every warp holds all key channels
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      out[r] = __uint_as_float(0x7FC00000u);
-#pragma unroll
-      for (int e = 0; e < CPL; ++e) s[r][e] = 0.0f;
-    }
+    for (int r = 0; r < RPT; ++r) out[r] = __uint_as_float(0x7FC00000u), wgt[r] = 0.0f;
     bad = true;
     return;
   }
@@ -337,17 +346,41 @@ __device__ __forceinline__ void exact_int8_rows(const uint32_t (&cw)[RPT][CPL / 
   }
 #pragma unroll
   for (int r = 0; r < RPT; ++r) {
-    const float wgt = wsk::mul(beta, wsk::sub(vr[r], part[r]));
-    out[r] = wsk::fma(wgt, kq, ypart[r]);
-    if (row_ok[r]) bad |= !(fabsf(out[r]) <= 3.40282347e38f);
+    wgt[r] = wsk::mul(beta, wsk::sub(vr[r], part[r]));
+    out[r] = wsk::fma(wgt[r], kq, ypart[r]);
+    if (row_ok[r]) {
+      bad |= !(fabsf(out[r]) <= 3.40282347e38f);
 #pragma unroll
-    for (int c = 0; c < NW; ++c) {
-      const uint32_t biased = cw[r][c] ^ 0x80808080u;
+      for (int c = 0; c < NW; ++c) {
+        const uint32_t biased = cw[r][c] ^ 0x80808080u;
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[r][4 * c + e] =
-            wsk::fma(int8_code_value(biased, e), asc[4 * c + e], wsk::mul(wgt, kk[4 * c + e]));
+        for (int e = 0; e < 4; ++e)
+          m[4 * c + e] =
+              fmaxf(m[4 * c + e],
+                    fabsf(int8_new_state(biased, e, asc[4 * c + e], wgt[r], kk[4 * c + e])));
+      }
     }
+  }
+}
+
+// The int8 RNE codes (encode_int8_recip) of a row's new state formed again from its codes cw (4 per
+// word), asc and w by the operations of exact_int8_rows: the same bits as encoding the state held.
+template <int CPL>
+__device__ __forceinline__ void encode_int8_new_state(const uint32_t (&cw)[CPL / 4],
+                                                      const float (&asc)[CPL], float wgt,
+                                                      const float (&kk)[CPL],
+                                                      const float (&inv)[CPL],
+                                                      uint32_t (&w)[CPL / 4]) {
+#pragma unroll
+  for (int c = 0; c < CPL / 4; ++c) {
+    const uint32_t biased = cw[c] ^ 0x80808080u;
+    uint32_t b[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      b[e] =
+          __float_as_uint(__fmaf_rn(int8_new_state(biased, e, asc[4 * c + e], wgt, kk[4 * c + e]),
+                                    inv[4 * c + e], 12582912.0f));
+    w[c] = pack4(b[0], b[1], b[2], b[3]);
   }
 }
 

@@ -27,7 +27,6 @@
 namespace statecheck::cuda {
 namespace {
 
-constexpr int kInt8TokenThreads = 256;
 constexpr int kInt8Dk = 128;
 constexpr int kDigitStride = 192;    // bytes per digit row: rows g and g + 1 in other bank groups
 constexpr int kPartialStride = 132;  // floats per row of partial maxima
@@ -61,16 +60,26 @@ struct alignas(16) Int8TokenShared {
   int shift[2];
 };
 
-// The partial column maxima of a step: [8 warp + g][lane_order], each the maximum of 2 rows.
-constexpr int kPartialFloats = 64 * kPartialStride;
+// Threads of the kernel with MT row tiles of 16 per warp: the 8 tiles of d_v = 128 over 8 / MT
+// warps.
+template <int MT>
+constexpr int int8_token_threads() {
+  return 256 / MT;
+}
 
-// Grid (num_seqs, HV), kInt8TokenThreads threads: block (seq, h) steps value head h of sequence
-// seq in place. FULL: d_v = 128, so no row is tested. A refusal returns the whole block early.
-template <bool KDA, bool FULL>
-__global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_kernel(WsParams p) {
+// Grid (num_seqs, HV), int8_token_threads<MT>() threads: block (seq, h) steps value head h of
+// sequence seq in place. FULL: d_v = 128, so no row is tested. MT: row tiles per warp (1: 8 warps,
+// 3 blocks per SM; 2: 4 warps, 6 blocks per SM, the same 24 warps holding twice the heads; 5 with
+// rows tested, whose extra registers would spill at 6). A refusal returns the whole block early.
+template <bool KDA, bool FULL, int MT>
+__global__ void __launch_bounds__(int8_token_threads<MT>(), FULL || MT == 1 ? 3 * MT : 5)
+    ws_decode_token_int8_kernel(WsParams p) {
   constexpr int DK = kInt8Dk;
+  constexpr int kThreads = int8_token_threads<MT>();
+  constexpr int kRows = 2 * MT;         // rows per lane
+  constexpr int kParts = 8 * (8 / MT);  // partial rows: [8 warp + g], each a max over kRows rows
   __shared__ Int8TokenShared sh;
-  __shared__ __align__(16) float partial[kPartialFloats];
+  __shared__ __align__(16) float partial[kParts * kPartialStride];
   const int seq = blockIdx.x, h = blockIdx.y;
   const int t0 = p.cu[seq], t1 = p.cu[seq + 1];
   if (t0 >= t1) return;                                 // uniform over the block
@@ -89,13 +98,19 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
   const int tok = t0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int dv = p.dv;
-  const int rows[2] = {16 * warp + g, 16 * warp + g + 8};
-  const bool row_ok[2] = {FULL || rows[0] < dv, FULL || rows[1] < dv};
+  // Lane rows: 16 (MT warp + r / 2) + g + 8 (r % 2), the A fragments' rows of tile MT warp + r / 2.
+  int rows[kRows];
+  bool row_ok[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    rows[r] = 16 * (MT * warp + r / 2) + g + 8 * (r % 2);
+    row_ok[r] = FULL || rows[r] < dv;
+  }
 
   // The stored codes first, so that their loads overlap the token's set-up.
-  uint4 cw[2][2];  // [row][chunk c]: key channels 64 c + 16 t ..
+  uint4 cw[kRows][2];  // [row][chunk c]: key channels 64 c + 16 t ..
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int c = 0; c < 2; ++c)
       cw[r][c] = row_ok[r] ? *reinterpret_cast<const uint4*>(codes + rows[r] * DK + 64 * c + 16 * t)
@@ -125,20 +140,21 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
     for (int e = 0; e < 16; ++e) dst[j0 + e] = wsk::mul(x[e], scale);
   }
   if constexpr (KDA) {
-    if (tid >= kInt8TokenThreads - DK) {
-      const int j = tid - (kInt8TokenThreads - DK);
+    if (tid >= kThreads - DK) {
+      const int j = tid - (kThreads - DK);
       sh.a[j] = wsk::exp(gt[j]);
     }
   } else if (tid == 32) {
     sh.a[0] = wsk::exp(gt[0]);
   }
-  float vr[2];
+  float vr[kRows];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) vr[r] = row_ok[r] ? bf16_value(vt[rows[r]]) : 0.0f;
+  for (int r = 0; r < kRows; ++r) vr[r] = row_ok[r] ? bf16_value(vt[rows[r]]) : 0.0f;
   __syncthreads();
 
   // The column values: warps 0-3 each form all 128 (4 per lane) for the shifts, and the digits,
-  // a sc and k of their own column j = tid; lanes 0-7 of warp 4 the fma chains of k.q.
+  // a sc and k of their own column j = tid; 8 lanes the fma chains of k.q (those of warp 4, or
+  // with 4 warps those of warp 0 after their column).
   bool col_bad = false;
   if (tid < DK) {
     float xm = 0.0f, ym = 0.0f, mine_asc = 0.0f, mine_x = 0.0f, mine_y = 0.0f;
@@ -168,50 +184,58 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
     for (int n = 0; n < 6; ++n) sh.digit[n * kDigitStride + j] = static_cast<uint8_t>(d[n]);
     sh.asc[lane_order(j)] = mine_asc;
     sh.kn[lane_order(j)] = sh.k[j];
-  } else if (tid < DK + 8) {
-    const int j0 = (tid - DK) * 16;
+  }
+  if (const int kl = kThreads > DK ? tid - DK : tid; kl >= 0 && kl < 8) {
+    const int j0 = kl * 16;
     float kq = 0.0f;
 #pragma unroll
     for (int e = 0; e < 16; ++e) kq = wsk::fma(sh.k[j0 + e], sh.q[j0 + e], kq);
     kq = row_sum(kq, 0x000000FFu);
-    if (tid == DK) sh.kq = kq;
+    if (kl == 0) sh.kq = kq;
   }
   if (__syncthreads_or(col_bad)) {
     if (p.o && t == 0) {
       uint16_t* ot = p.o + (static_cast<int64_t>(tok) * p.HV + h) * dv;
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int r = 0; r < kRows; ++r)
         if (row_ok[r]) ot[rows[r]] = 0x7FC0u;
     }
     record_refusal(p, 1, seq, h, 0);
     return;  // the stored state and scales are left as they were
   }
 
-  // Both dot products of the warp's 16 rows: C[row][n] = sum_k code[row][k] digit_n[k], n = x's
-  // digits 0, 1, 2 and y's 0, 1, 2 (B columns 6 and 7 are zero).
-  int acc[4] = {0, 0, 0, 0};
+  // Both dot products of each of the warp's tiles of 16 rows: C[row][n] = sum_k code[row][k]
+  // digit_n[k], n = x's digits 0, 1, 2 and y's 0, 1, 2 (B columns 6 and 7 are zero).
+  int acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[mt][i] = 0;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const uint4 b =
         g < 6 ? *reinterpret_cast<const uint4*>(sh.digit + g * kDigitStride + 64 * c + 16 * t)
               : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      mma_s8(acc, word_of(cw[0][c], 2 * i), word_of(cw[1][c], 2 * i), word_of(cw[0][c], 2 * i + 1),
-             word_of(cw[1][c], 2 * i + 1), word_of(b, 2 * i), word_of(b, 2 * i + 1));
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        mma_s8(acc[mt], word_of(cw[2 * mt][c], 2 * i), word_of(cw[2 * mt + 1][c], 2 * i),
+               word_of(cw[2 * mt][c], 2 * i + 1), word_of(cw[2 * mt + 1][c], 2 * i + 1),
+               word_of(b, 2 * i), word_of(b, 2 * i + 1));
   }
-  // Lane 4 g + t holds columns 2 t, 2 t + 1 of rows g (acc 0, 1) and g + 8 (acc 2, 3).
+  // Lane 4 g + t holds columns 2 t, 2 t + 1 of a tile's rows g (acc 0, 1) and g + 8 (acc 2, 3).
   const int quad = lane & ~3;
   const int ex = sh.shift[0], ey = sh.shift[1];
   const float kq = sh.kq;
-  float wgt[2];
+  float wgt[kRows];
   bool bad = false;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     int D[6];
 #pragma unroll
     for (int n = 0; n < 6; ++n)
-      D[n] = __shfl_sync(0xffffffffu, acc[2 * r + (n & 1)], quad + (n >> 1));
+      D[n] = __shfl_sync(0xffffffffu, acc[r / 2][2 * (r % 2) + (n & 1)], quad + (n >> 1));
     const float part = wsk::dot_value(D[0], D[1], D[2], ex);
     const float ypart = wsk::dot_value(D[3], D[4], D[5], ey);
     const float w = wsk::mul(beta, wsk::sub(vr[r], part));
@@ -224,7 +248,7 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
     }
   }
 
-  // The new state S = fma(code, a sc, w k) and each lane's maxima over its two rows.
+  // The new state S = fma(code, a sc, w k) and each lane's maxima over its kRows rows.
 #pragma unroll
   for (int c = 0; c < 2; ++c)
 #pragma unroll
@@ -235,7 +259,7 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
       const float a4[4] = {asc.x, asc.y, asc.z, asc.w}, k4[4] = {kn.x, kn.y, kn.z, kn.w};
       float mx[4];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < kRows; ++r) {
         const uint32_t biased = word_of(cw[r][c], m) ^ 0x80808080u;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -251,15 +275,16 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
     return;
   }
 
-  // The column amax over the 64 partial rows: lanes ro = 0..7 of the 4 channels at u = 4 cq take
-  // rows ro + 8 i, then a butterfly over the 8; lane ro < 4 forms channel u + ro's scale.
-  {
-    const int cq = tid >> 3, ro = tid & 7;
-    const float4 mx = column_quad_max<64>(partial + 4 * cq, kPartialStride, ro);
-    col_bad = false;
+  // The column amax over the kParts partial rows: lanes ro = 0..7 of the 4 channels at u = 4 cq
+  // take rows ro + 8 i, then a butterfly over the 8; lane ro < 4 forms channel u + ro's scale.
+  col_bad = false;
+#pragma unroll
+  for (int cq = tid >> 3; cq < DK / 4; cq += kThreads / 8) {
+    const int ro = tid & 7;
+    const float4 mx = column_quad_max<kParts>(partial + 4 * cq, kPartialStride, ro);
     if (ro < 4) {
       const float amax = ro == 0 ? mx.x : ro == 1 ? mx.y : ro == 2 ? mx.z : mx.w;
-      col_bad = !(amax <= 3.40282347e38f);
+      col_bad |= !(amax <= 3.40282347e38f);
       // u = 4 cq + ro = ((4 c + m) * 4 + t) * 4 + e: key channel 64 c + 16 t + 4 m + e.
       const int j = 64 * (cq >> 4) + 16 * (cq & 3) + 4 * ((cq >> 2) & 3) + ro;
       const float col = ws_column_scale(amax, 127.0f, p.bf16_scale);
@@ -271,17 +296,17 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
     record_refusal(p, 1, seq, h, 0);
     return;
   }
-  if (tid < DK) {
+  for (int j = tid; j < DK; j += kThreads) {
     if (p.bf16_scale)
-      reinterpret_cast<uint16_t*>(p.scales)[head * DK + tid] = ws_bf16_rne(sh.scale[tid]);
+      reinterpret_cast<uint16_t*>(p.scales)[head * DK + j] = ws_bf16_rne(sh.scale[j]);
     else
-      reinterpret_cast<float*>(p.scales)[head * DK + tid] = sh.scale[tid];
+      reinterpret_cast<float*>(p.scales)[head * DK + j] = sh.scale[j];
   }
 
   // The codes, written in place.
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    uint32_t wd[2][4];
+    uint32_t wd[kRows][4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       const int u = ((4 * c + m) * 4 + t) * 4;
@@ -291,7 +316,7 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
       const float4 kn = *reinterpret_cast<const float4*>(sh.kn + u);
       const float a4[4] = {asc.x, asc.y, asc.z, asc.w}, k4[4] = {kn.x, kn.y, kn.z, kn.w};
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < kRows; ++r) {
         const uint32_t biased = word_of(cw[r][c], m) ^ 0x80808080u;
         uint32_t b[4];
 #pragma unroll
@@ -304,7 +329,7 @@ __global__ void __launch_bounds__(kInt8TokenThreads, 3) ws_decode_token_int8_ker
       }
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int r = 0; r < kRows; ++r)
       if (row_ok[r])
         *reinterpret_cast<uint4*>(codes + rows[r] * DK + 64 * c + 16 * t) =
             make_uint4(wd[r][0], wd[r][1], wd[r][2], wd[r][3]);

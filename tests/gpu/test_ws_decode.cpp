@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "core/drive/drive.h"
 #include "core/dtype/bf16.h"
@@ -793,10 +795,16 @@ TEST_F(WsDecodeDevice, DecodesEveryInt8ByteAsTheReference) {
 
 TEST_F(WsDecodeDevice, StartsFromAGivenFp32State) {
   // init_state: each sequence starts from an fp32 state as given (not decoded from its slot); the
-  // slot of a sequence without tokens stays as it was.
-  for (WorkingStateKind kind :
-       {WorkingStateKind::int8_sr, WorkingStateKind::fp8_e4m3, WorkingStateKind::bf16_sr}) {
-    Case c{"", 2, 2, 128, 100, GateKind::kda, kind, false, {2, 0, 1}};
+  // slot of a sequence without tokens stays as it was. int8 rounded to nearest steps the given
+  // state on its first token and the codes on the second (sequence 0), with rows tested (d_v 100)
+  // and without (128).
+  for (const auto& [kind, dv] :
+       std::vector<std::pair<WorkingStateKind, int>>{{WorkingStateKind::int8, 100},
+                                                     {WorkingStateKind::int8, 128},
+                                                     {WorkingStateKind::int8_sr, 100},
+                                                     {WorkingStateKind::fp8_e4m3, 100},
+                                                     {WorkingStateKind::bf16_sr, 100}}) {
+    Case c{"", 2, 2, 128, dv, GateKind::kda, kind, false, {2, 0, 1}};
     HostWsBatch b = make_batch(c, 13);
     const HostWsBatch before = b;
     Rng rng(14);
@@ -812,11 +820,12 @@ TEST_F(WsDecodeDevice, StartsFromAGivenFp32State) {
     STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint16_t> o_ref = o0;
     ASSERT_TRUE(ws_decode_reference(b, o_ref).empty());
-    EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << b.format.name();
+    EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << b.format.name() << " " << dv;
     if (!b.scales.empty()) {  // bf16 formats keep no scales
-      EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << b.format.name();
+      EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1)
+          << b.format.name() << " " << dv;
     }
-    EXPECT_EQ(first_difference(d.o.download(), o_ref), -1) << b.format.name();
+    EXPECT_EQ(first_difference(d.o.download(), o_ref), -1) << b.format.name() << " " << dv;
     const size_t sc = b.codes.size() / kSlots;
     EXPECT_EQ(std::memcmp(b.codes.data() + b.slot_ids[1] * sc,
                           before.codes.data() + b.slot_ids[1] * sc, sc),
