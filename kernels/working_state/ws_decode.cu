@@ -372,23 +372,28 @@ void launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream
   auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
   if (st == Store::int8) {
     static const char* variant = std::getenv("STATECHECK_WS_INT8_VARIANT");  // A/B
-    const bool two = variant == nullptr || variant[0] != '1';
+    const int form = variant == nullptr ? 2 : variant[0] - '0';  // 1 tile, 2 tiles, 7: at 7 per SM
     auto go8 = [&](auto kernel, int threads) { kernel<<<grid, threads, 0, stream>>>(p); };
     const int t1 = int8_token_threads<1>(), t2 = int8_token_threads<2>();
-    if (two) {
-      if (kda)
-        full ? go8(ws_decode_token_int8_kernel<true, true, 2>, t2)
-             : go8(ws_decode_token_int8_kernel<true, false, 2>, t2);
-      else
-        full ? go8(ws_decode_token_int8_kernel<false, true, 2>, t2)
-             : go8(ws_decode_token_int8_kernel<false, false, 2>, t2);
-    } else {
+    if (form == 1) {
       if (kda)
         full ? go8(ws_decode_token_int8_kernel<true, true, 1>, t1)
              : go8(ws_decode_token_int8_kernel<true, false, 1>, t1);
       else
         full ? go8(ws_decode_token_int8_kernel<false, true, 1>, t1)
              : go8(ws_decode_token_int8_kernel<false, false, 1>, t1);
+    } else if (form == 7 && full) {
+      if (kda)
+        go8(ws_decode_token_int8_kernel<true, true, 2, 7>, t2);
+      else
+        go8(ws_decode_token_int8_kernel<false, true, 2, 7>, t2);
+    } else {
+      if (kda)
+        full ? go8(ws_decode_token_int8_kernel<true, true, 2>, t2)
+             : go8(ws_decode_token_int8_kernel<true, false, 2>, t2);
+      else
+        full ? go8(ws_decode_token_int8_kernel<false, true, 2>, t2)
+             : go8(ws_decode_token_int8_kernel<false, false, 2>, t2);
     }
   } else {
     if (kda)

@@ -9,12 +9,15 @@
 // add), the update fma(code, a sc, w k) and the column maximum, then at the encode the conversion
 // and the update again and the requantization (one fused multiply-add and three quarters of a
 // byte permute).
-// Layout: 256 threads per (sequence, value head); warp w holds rows 16 w .. 16 w + 15 as the mma's
-// A fragments: lane (g = lane / 4, t = lane % 4) holds rows 16 w + g and 16 w + g + 8, key channels
-// 64 c + 16 t .. + 15 for c = 0, 1 (four 16-byte loads). mma kt = 2 c + i takes the lane's words
-// 2 i and 2 i + 1 of chunk c, a permutation of the k index shared with B.
-// One block per head, three blocks per SM (80 registers): the new state is not held from the
-// update to the encode but formed again there from the codes, by the same operations.
+// Layout: 256 / MT threads per (sequence, value head), MT row tiles of 16 per warp (tile i: rows
+// 16 i .. 16 i + 15); warp w holds tiles MT w .. MT w + MT - 1 as the mma's A fragments: lane
+// (g = lane / 4, t = lane % 4) holds rows 16 i + g and 16 i + g + 8 of each, key channels
+// 64 c + 16 t .. + 15 for c = 0, 1 (16-byte loads). mma kt = 2 c + i takes the lane's words 2 i
+// and 2 i + 1 of chunk c, a permutation of the k index shared with B.
+// Launched with MT = 2: 128 threads, six blocks per SM at 80 registers, so that more heads are in
+// flight at the same warps per SM (docs/kernel_notes.md has the timings of MT = 1 and 2). The new
+// state is not held from the update to the encode but formed again there from the codes, by the
+// same operations.
 // Errors as ws_decode.h states: a sequence with more than one token {2, sequence, value head, its
 // tokens}, non-finite values {1, sequence, value head, 0}; either leaves the slot as it was.
 #pragma once
@@ -71,8 +74,8 @@ constexpr int int8_token_threads() {
 // sequence seq in place. FULL: d_v = 128, so no row is tested. MT: row tiles per warp (1: 8 warps,
 // 3 blocks per SM; 2: 4 warps, 6 blocks per SM, the same 24 warps holding twice the heads; 5 with
 // rows tested, whose extra registers would spill at 6). A refusal returns the whole block early.
-template <bool KDA, bool FULL, int MT>
-__global__ void __launch_bounds__(int8_token_threads<MT>(), FULL || MT == 1 ? 3 * MT : 5)
+template <bool KDA, bool FULL, int MT, int MINB = FULL || MT == 1 ? 3 * MT : 5>
+__global__ void __launch_bounds__(int8_token_threads<MT>(), MINB)
     ws_decode_token_int8_kernel(WsParams p) {
   constexpr int DK = kInt8Dk;
   constexpr int kThreads = int8_token_threads<MT>();
