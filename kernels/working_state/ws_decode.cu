@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -371,30 +370,15 @@ void launch_token(const WsDecodeArgs& a, const WsParams& p, Store st, cudaStream
   const bool kda = a.gate == GateKind::kda, full = a.dv == kMaxDv;
   auto go = [&](auto kernel) { kernel<<<grid, kTokenThreads, 0, stream>>>(p); };
   if (st == Store::int8) {
-    static const char* variant = std::getenv("STATECHECK_WS_INT8_VARIANT");  // A/B
-    const int form = variant == nullptr ? 2 : variant[0] - '0';  // 1 tile, 2 tiles, 7: at 7 per SM
-    auto go8 = [&](auto kernel, int threads) { kernel<<<grid, threads, 0, stream>>>(p); };
-    const int t1 = int8_token_threads<1>(), t2 = int8_token_threads<2>();
-    if (form == 1) {
-      if (kda)
-        full ? go8(ws_decode_token_int8_kernel<true, true, 1>, t1)
-             : go8(ws_decode_token_int8_kernel<true, false, 1>, t1);
-      else
-        full ? go8(ws_decode_token_int8_kernel<false, true, 1>, t1)
-             : go8(ws_decode_token_int8_kernel<false, false, 1>, t1);
-    } else if (form == 7 && full) {
-      if (kda)
-        go8(ws_decode_token_int8_kernel<true, true, 2, 7>, t2);
-      else
-        go8(ws_decode_token_int8_kernel<false, true, 2, 7>, t2);
-    } else {
-      if (kda)
-        full ? go8(ws_decode_token_int8_kernel<true, true, 2>, t2)
-             : go8(ws_decode_token_int8_kernel<true, false, 2>, t2);
-      else
-        full ? go8(ws_decode_token_int8_kernel<false, true, 2>, t2)
-             : go8(ws_decode_token_int8_kernel<false, false, 2>, t2);
-    }
+    // Two row tiles per warp (docs/kernel_notes.md: faster than one at batch 32 and 256).
+    constexpr int kTiles = 2;
+    auto go8 = [&](auto kernel) { kernel<<<grid, int8_token_threads<kTiles>(), 0, stream>>>(p); };
+    if (kda)
+      full ? go8(ws_decode_token_int8_kernel<true, true, kTiles>)
+           : go8(ws_decode_token_int8_kernel<true, false, kTiles>);
+    else
+      full ? go8(ws_decode_token_int8_kernel<false, true, kTiles>)
+           : go8(ws_decode_token_int8_kernel<false, false, kTiles>);
   } else {
     if (kda)
       full ? go(ws_decode_token_kernel<Store::fp8, true, true>)

@@ -74,8 +74,8 @@ constexpr int int8_token_threads() {
 // sequence seq in place. FULL: d_v = 128, so no row is tested. MT: row tiles per warp (1: 8 warps,
 // 3 blocks per SM; 2: 4 warps, 6 blocks per SM, the same 24 warps holding twice the heads; 5 with
 // rows tested, whose extra registers would spill at 6). A refusal returns the whole block early.
-template <bool KDA, bool FULL, int MT, int MINB = FULL || MT == 1 ? 3 * MT : 5>
-__global__ void __launch_bounds__(int8_token_threads<MT>(), MINB)
+template <bool KDA, bool FULL, int MT>
+__global__ void __launch_bounds__(int8_token_threads<MT>(), FULL || MT == 1 ? 3 * MT : 5)
     ws_decode_token_int8_kernel(WsParams p) {
   constexpr int DK = kInt8Dk;
   constexpr int kThreads = int8_token_threads<MT>();
