@@ -217,8 +217,8 @@ __global__ void __launch_bounds__(kLanesPerRow* kMaxDv / 4, 2) ws_decode_kernel(
     }
     const bool last = t + 1 == t1;
     if constexpr (kScaled) {
-      [[maybe_unused]] bool col_bad =
-          false;  // kExact: a column amax that is not finite refuses the head
+      // kExact: a column amax that is not finite refuses the head.
+      [[maybe_unused]] bool col_bad = false;
       for (int j = threadIdx.x; j < dk; j += blockDim.x) {
         const int slot = column_slot<CPL>(j);
         const float* col_max = sm_amax + buf * nwarps * dk + slot;

@@ -4,7 +4,7 @@
 // ws_decode_reference.h bit for bit, as the general kernel does, with the row dot products on
 // tensor cores: the codes are the A operand of mma.sync m16n8k32 s8 x s8 -> s32 as loaded, and the
 // six digit columns of the token's vectors (base-256 digits of a sc k and a sc q at their shifts,
-// wsk::dot_digits) are the B operand, so both dot products of 16 rows cost four mma per warp and
+// wsk::dot_digits) are the B operand, so both dot products of a tile of 16 rows cost four mma and
 // are exact. What is left per element is the code's conversion to fp32 (a byte permute and an
 // add), the update fma(code, a sc, w k) and the column maximum, then at the encode the conversion
 // and the update again and the requantization (one fused multiply-add and three quarters of a
@@ -14,7 +14,8 @@
 // (g = lane / 4, t = lane % 4) holds rows 16 i + g and 16 i + g + 8 of each, key channels
 // 64 c + 16 t .. + 15 for c = 0, 1 (16-byte loads). mma kt = 2 c + i takes the lane's words 2 i
 // and 2 i + 1 of chunk c, a permutation of the k index shared with B.
-// Launched with MT = 2: 128 threads, six blocks per SM at 80 registers, so that more heads are in
+// Launched with MT = 2: 128 threads, six blocks per SM at 80 registers (d_v = 128; five at 96 with
+// rows tested), so that more heads are in
 // flight at the same warps per SM (docs/kernel_notes.md has the timings of MT = 1 and 2). The new
 // state is not held from the update to the encode but formed again there from the codes, by the
 // same operations.
@@ -79,6 +80,8 @@ __global__ void __launch_bounds__(int8_token_threads<MT>(), FULL || MT == 1 ? 3 
     ws_decode_token_int8_kernel(WsParams p) {
   constexpr int DK = kInt8Dk;
   constexpr int kThreads = int8_token_threads<MT>();
+  static_assert(MT == 1 || MT == 2,
+                "one thread per key channel in the column set-up: >= 128 threads");
   constexpr int kRows = 2 * MT;         // rows per lane
   constexpr int kParts = 8 * (8 / MT);  // partial rows: [8 warp + g], each a max over kRows rows
   __shared__ Int8TokenShared sh;

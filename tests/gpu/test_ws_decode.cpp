@@ -567,8 +567,8 @@ const std::vector<Case> kTokenCases = {
      false,
      {1, 1},
      false},
-    // More heads (1152) than an H100 or H200 holds blocks of the int8 kernel at once (3 per SM,
-    // 396), so the launch runs in several waves of blocks.
+    // More heads (1152) than an H100 or H200 holds blocks of the int8 kernel at once (6 per SM,
+    // 792), so the launch runs in several waves of blocks.
     {"int8_gdn_H32_HV96_dv128_many_heads",
      32,
      96,
