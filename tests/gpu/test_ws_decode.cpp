@@ -643,6 +643,56 @@ TEST_F(WsDecodeDevice, RefusesANonFiniteStateAndLeavesThatHeadUnchanged) {
   EXPECT_NO_THROW(check_ws_decode_error(d.error_info.data()));  // cleared by the first check
 }
 
+// A non-finite output at a later token of a sequence (v = +Inf in one row of one head): the
+// reference refuses that head at that token, and the kernel records the same head and token,
+// leaves its slot as it was, writes every output as the reference does and runs the other heads.
+// The general kernel after tokens stepped on the int8 codes (and fp8's float path), the
+// single-token kernel at its output check; with rows tested (d_v 100) and without (128).
+TEST_F(WsDecodeDevice, RefusesANonFiniteOutputAtALaterTokenAsTheReference) {
+  struct Setup {
+    WorkingStateKind kind;
+    int dv;
+    std::vector<int> lengths;
+    int max_tokens;
+  };
+  const int seq = 1, head = 2, row = 7;
+  for (const Setup& su : std::vector<Setup>{{WorkingStateKind::int8, 100, {1, 3, 2}, 0},
+                                            {WorkingStateKind::int8, 128, {1, 3, 2}, 0},
+                                            {WorkingStateKind::fp8_e4m3, 100, {1, 3, 2}, 0},
+                                            {WorkingStateKind::int8, 100, {1, 1, 1}, 1},
+                                            {WorkingStateKind::int8, 128, {1, 1, 1}, 1}}) {
+    Case c{"", 1, 3, 128, su.dv, GateKind::gdn, su.kind, false, su.lengths};
+    HostWsBatch b = make_batch(c, 23);
+    const int token = su.lengths[seq] - 1;  // the last token of sequence 1
+    b.v[(static_cast<size_t>(b.cu_seqlens[seq] + token) * c.HV + head) * c.dv + row] = 0x7F80;
+    const HostWsBatch before = b;
+    const int T = b.cu_seqlens.back();
+    const std::vector<uint16_t> o0(static_cast<size_t>(T) * c.HV * c.dv, 0x3F80);
+    DeviceBatch d(b, o0);
+    WsDecodeArgs a = d.args(b);
+    a.max_tokens = su.max_tokens;
+    EXPECT_EQ(ws_decode_runs_token_kernel(a), su.max_tokens == 1);
+    ws_decode(a);
+    STATECHECK_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o_ref = o0;
+    const std::vector<WsRefusal> refused = ws_decode_reference(b, o_ref);
+    const std::string what = b.format.name() + " d_v " + std::to_string(su.dv) + " max_tokens " +
+                             std::to_string(su.max_tokens);
+    ASSERT_EQ(refused.size(), 1u) << what;
+    EXPECT_EQ(refused[0].seq, seq) << what;
+    EXPECT_EQ(refused[0].head, head) << what;
+    EXPECT_EQ(refused[0].token, token) << what;
+    EXPECT_EQ(d.error_info.download(), (std::vector<int32_t>{1, seq, head, token})) << what;
+    EXPECT_EQ(first_difference(d.codes.download(), b.codes), -1) << what;
+    EXPECT_EQ(first_difference(d.scales.download(), b.scales), -1) << what;
+    const size_t head_codes = static_cast<size_t>(c.dv) * c.dk;
+    const size_t off = (static_cast<size_t>(b.slot_ids[seq]) * c.HV + head) * head_codes;
+    EXPECT_EQ(std::memcmp(b.codes.data() + off, before.codes.data() + off, head_codes), 0) << what;
+    EXPECT_EQ(first_difference_nan_equal(d.o.download(), o_ref), -1) << what;
+    EXPECT_TRUE(d.guards_intact()) << what;
+  }
+}
+
 // max_tokens 1 with a sequence of two tokens: that sequence is refused with its codes and scales
 // unchanged while the others run, in the single-token kernel and in the general one (bf16-sr);
 // and a non-finite scale is refused by the single-token kernel as by the general one.
