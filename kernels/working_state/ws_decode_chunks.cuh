@@ -248,6 +248,12 @@ __device__ __forceinline__ float int8_new_state(uint32_t biased, int e, float as
   return wsk::fma(int8_code_value(biased, e), asc, wsk::mul(wgt, k));
 }
 
+// ws_int8_rne_recip in the word the kernels pack: the bits of fma(x, inv, 1.5 * 2^23), whose low
+// byte is the int8 RNE code of x for the reciprocal scale inv.
+__device__ __forceinline__ uint32_t int8_rne_bits(float x, float inv) {
+  return __float_as_uint(__fmaf_rn(x, inv, 12582912.0f));
+}
+
 // The int8 RNE codes of CPL elements x for the reciprocal scales inv, packed 4 per word
 // (ws_int8_rne_recip: one fused multiply-add each, the low bytes of the sums).
 template <int CPL>
@@ -257,8 +263,7 @@ __device__ __forceinline__ void encode_int8_recip(const float* x, const float* i
   for (int c = 0; c < CPL / 4; ++c) {
     uint32_t b[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      b[e] = __float_as_uint(__fmaf_rn(x[4 * c + e], inv[4 * c + e], 12582912.0f));
+    for (int e = 0; e < 4; ++e) b[e] = int8_rne_bits(x[4 * c + e], inv[4 * c + e]);
     w[c] = pack4(b[0], b[1], b[2], b[3]);
   }
 }
@@ -377,9 +382,8 @@ __device__ __forceinline__ void encode_int8_new_state(const uint32_t (&cw)[CPL /
     uint32_t b[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      b[e] =
-          __float_as_uint(__fmaf_rn(int8_new_state(biased, e, asc[4 * c + e], wgt, kk[4 * c + e]),
-                                    inv[4 * c + e], 12582912.0f));
+      b[e] = int8_rne_bits(int8_new_state(biased, e, asc[4 * c + e], wgt, kk[4 * c + e]),
+                           inv[4 * c + e]);
     w[c] = pack4(b[0], b[1], b[2], b[3]);
   }
 }

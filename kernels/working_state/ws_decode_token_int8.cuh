@@ -15,10 +15,9 @@
 // 64 c + 16 t .. + 15 for c = 0, 1 (16-byte loads). mma kt = 2 c + i takes the lane's words 2 i
 // and 2 i + 1 of chunk c, a permutation of the k index shared with B.
 // Launched with MT = 2: 128 threads, six blocks per SM at 80 registers (d_v = 128; five at 96 with
-// rows tested), so that more heads are in
-// flight at the same warps per SM (docs/kernel_notes.md has the timings of MT = 1 and 2). The new
-// state is not held from the update to the encode but formed again there from the codes, by the
-// same operations.
+// rows tested), so that more heads are in flight at the same warps per SM (docs/kernel_notes.md has
+// the timings of MT = 1 and 2). The new state is not held from the update to the encode but formed
+// again there from the codes by the same function (int8_new_state).
 // Errors as ws_decode.h states: a sequence with more than one token {2, sequence, value head, its
 // tokens}, non-finite values {1, sequence, value head, 0}; either leaves the slot as it was.
 #pragma once
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(int8_token_threads<MT>(), FULL || MT == 1 ? 3 
         const uint32_t biased = word_of(cw[r][c], m) ^ 0x80808080u;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float v = wsk::fma(int8_code_value(biased, e), a4[e], wsk::mul(wgt[r], k4[e]));
+          const float v = int8_new_state(biased, e, a4[e], wgt[r], k4[e]);
           mx[e] = r == 0 ? fabsf(v) : fmaxf(mx[e], fabsf(v));
         }
       }
@@ -328,8 +327,7 @@ __global__ void __launch_bounds__(int8_token_threads<MT>(), FULL || MT == 1 ? 3 
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           // The new state again, by the operations of the update above.
-          const float v = wsk::fma(int8_code_value(biased, e), a4[e], wsk::mul(wgt[r], k4[e]));
-          b[e] = __float_as_uint(__fmaf_rn(v, i4[e], 12582912.0f));
+          b[e] = int8_rne_bits(int8_new_state(biased, e, a4[e], wgt[r], k4[e]), i4[e]);
         }
         wd[r][m] = pack4(b[0], b[1], b[2], b[3]);
       }
