@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kTokenThreads, 2) ws_decode_token_kernel(WsPar
     if (ro < 4) {
       const float amax = ro == 0 ? mx.x : ro == 1 ? mx.y : ro == 2 ? mx.z : mx.w;
       const int j = 4 * cq + ro;
-      const float col = ws_column_scale(amax, ST == Store::int8 ? 127.0f : 448.0f, p.bf16_scale);
+      const float col = ws_column_scale(amax, 448.0f, p.bf16_scale);  // E4M3 max
       sm_scale[slot + ro] = col;
       sm_inv[slot + ro] = __fdiv_rn(1.0f, col);
       if (p.bf16_scale)
