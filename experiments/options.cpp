@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <system_error>
+#include <typeinfo>
 #include <utility>
 
 #include <fmt/format.h>
@@ -541,6 +542,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
          o.ckpt_slots);
   if (vm.count("scale-dtype") && t.scale_dtype.empty())
     fail("--scale-dtype needs a dtype (bf16 or fp32)");
+  // Any other text option given empty: refused rather than read as its default.
+  for (const auto& [name, value] : vm)
+    if (!value.defaulted() && value.value().type() == typeid(std::string) &&
+        value.as<std::string>().empty())
+      fail("--{} needs a value, got an empty one", name);
   o.model_given = !vm["model"].defaulted();
   std::vector<std::string> given;
   for (const auto& [name, value] : vm)

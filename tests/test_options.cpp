@@ -158,6 +158,11 @@ TEST(Options, RefusedAndEmptyOptionsAreErrors) {
   EXPECT_EQ(error_for({"statecheck", "codec", "--summary", ""}), "--summary needs a path");
   EXPECT_EQ(error_for({"statecheck", "codec", "--scale-dtype", ""}),
             "--scale-dtype needs a dtype (bf16 or fp32)");
+  // An empty value is refused, not read as the option's default.
+  EXPECT_EQ(error_for({"statecheck", "replay", "--trace", ""}),
+            "--trace needs a value, got an empty one");
+  EXPECT_EQ(error_for({"statecheck", "capacity", "--k-list", ""}),
+            "--k-list needs a value, got an empty one");
   EXPECT_NE(error_for({"statecheck", "codec", "--ou", "x"}).find("unrecognised option '--ou'"),
             std::string::npos);
 }

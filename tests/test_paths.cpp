@@ -92,6 +92,17 @@ TEST(Paths, PartialFilesAndSpellingsAreChecked) {
               check_output_file("--out", dir + "/n.json", {{"--model", dir + "/n.json.partial"}});
             }).find("is the same file as --model"),
             std::string::npos);
+  // A file at the partial name that this run did not make is refused and left as it was.
+  const std::string other = dir + "/o.h5";
+  std::ofstream(other + ".partial") << "user data";
+  for (const std::string& e :
+       {error_of([&] { check_output_file("--out", other, {}); }),
+        error_of([&] { H5Writer w(other); }), error_of([&] { write_file_atomically(other, "x"); })})
+    EXPECT_NE(e.find(other + ".partial exists (left by a killed run"), std::string::npos) << e;
+  std::ifstream kept(other + ".partial");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>()),
+            "user data");
+  EXPECT_FALSE(fs::exists(other));
   // One path spelled two ways, neither existing yet.
   EXPECT_TRUE(same_file(dir + "/new/./x.h5", dir + "/new/sub/../x.h5"));
   EXPECT_FALSE(same_file(dir + "/new/x.h5", dir + "/new/y.h5"));

@@ -92,6 +92,20 @@ TEST(Safetensors, GarbageHeaderAndUnsupportedDtype) {
     out << h << "ab";
   }
   EXPECT_NE(error_of([&] { read_safetensors(path); }).find("dtype I8"), std::string::npos);
+  // A shape of 17 dimensions of 1 (4 bytes of F32): refused by its rank, in a line that does not
+  // print the shape.
+  {
+    std::ofstream out(path, std::ios::binary);
+    std::string shape = "1";
+    for (int i = 1; i < 17; ++i) shape += ",1";
+    const std::string h =
+        R"({"state":{"dtype":"F32","shape":[)" + shape + R"(],"data_offsets":[0,4]}})";
+    const uint64_t n = h.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << h << "abcd";
+  }
+  EXPECT_EQ(error_of([&] { read_safetensors(path); }),
+            path + ": tensor 'state': shape has 17 dimensions (at most 16)");
 }
 
 // Header values that would be misreported by an unsigned or fp32 conversion are named as written.

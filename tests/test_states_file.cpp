@@ -87,6 +87,16 @@ TEST(StatesFixtures, TruncatedAndMislabelledFilesAreOneLineErrors) {
   EXPECT_NE(mislabelled.find("mislabelled"), std::string::npos) << mislabelled;
   EXPECT_NE(mislabelled.find("labelled F32"), std::string::npos) << mislabelled;
   for (const auto& msg : {truncated, mislabelled}) EXPECT_EQ(msg.find('\n'), std::string::npos);
+  // A file without a size (procfs) is named as such, not by the error value of its size.
+  std::string proc;
+  try {
+    read_states_file("/proc/self/status", m);
+  } catch (const Error& e) {
+    proc = e.what();
+  }
+  EXPECT_EQ(proc,
+            "/proc/self/status: neither an HDF5 nor a safetensors file (no size to seek to: not an "
+            "ordinary file)");
 }
 
 TEST(StatesFixtures, ShapeMismatchNamesTheAxis) {

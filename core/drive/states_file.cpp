@@ -39,7 +39,12 @@ StatesFormat detect_format(const std::string& path, std::string& why) {
   if (has_hdf5_signature(path)) return StatesFormat::hdf5;
   std::ifstream in(path, std::ios::binary);
   in.seekg(0, std::ios::end);
-  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  const std::streamoff end = in.tellg();
+  if (!in || end < 0) {  // procfs and other files without a size or a seek
+    why = "no size to seek to: not an ordinary file";
+    return StatesFormat::neither;
+  }
+  const uint64_t size = static_cast<uint64_t>(end);
   in.seekg(0);
   if (size == 0) {
     why = "it is empty (0 bytes)";

@@ -48,6 +48,13 @@ void check_partial_slot(const std::string& shown, const std::string& partial) {
   if (!ec && fs::exists(st) && !fs::is_regular_file(st))
     fail("{}: {} exists and is not a regular file (a link, FIFO, device or directory); remove it",
          shown, partial);
+  // A regular file there is not this run's (it creates its partial file after this check): one
+  // left by a killed run, or a file that only shares the name. Either way it is not replaced.
+  if (!ec && fs::exists(st))
+    fail(
+        "{}: {} exists (left by a killed run, or another file of that name); remove it or write "
+        "the result elsewhere",
+        shown, partial);
 }
 
 // `path` (a result or its partial file) against the inputs: refused if it is one of them.
@@ -79,8 +86,8 @@ void check_output_file(const std::string& option, const std::string& path,
   check_not_an_input(option, path, path, inputs);
   // The result is written to path.partial first: an ordinary file there, and not an input.
   const std::string partial = path + ".partial";
-  check_partial_slot(option + " " + path, partial);
   check_not_an_input(option, path, partial, inputs);
+  check_partial_slot(option + " " + path, partial);
   // The nearest existing ancestor must be a writable directory (create_directories would fail on
   // a file; a read-only one would fail only after the work), and the folders to create below it
   // and the partial file's name must fit its file system's name limit.

@@ -31,8 +31,8 @@ std::filesystem::path resolved_path(const std::string& p);
 bool same_file(const std::string& a, const std::string& b);
 
 // Throws statecheck::Error, naming the option and path, if `path` ends in '/', exists and is a
-// directory or not a regular file, if `path.partial` (where it is written first) exists and is
-// not a regular file (a link, FIFO or directory), if either is the same file as one of `inputs`,
+// directory or not a regular file, if `path.partial` (where it is written first) exists (a file
+// this run did not make is never replaced), if either is the same file as one of `inputs`,
 // if the nearest existing ancestor directory is a file or not writable, or if a folder to create
 // or the name `path.partial` is longer than that file system's name limit (pathconf NAME_MAX).
 // Does not create anything.
@@ -61,7 +61,8 @@ class CreatedDirectories {
 
 // Writes `text` to `path` through `path.partial` and a rename, so that a failed or interrupted
 // write leaves an earlier file at `path` untouched (and no partial file). Creates missing parent
-// directories. Throws statecheck::Error naming the path on any failure.
+// directories. Throws statecheck::Error naming the path on any failure, and if `path.partial`
+// already exists (not replaced).
 void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace statecheck

@@ -174,6 +174,12 @@ FloatArray read_safetensors(const std::string& path, const std::string& wanted,
   out.dtype = dtype;
   uint64_t count = 1;
   if (!t["shape"].is_array()) fail("{}: tensor '{}': shape must be a list", path, name);
+  // No tensor this tool reads has more than 6 dimensions; the bound keeps messages that print a
+  // shape to one short line.
+  constexpr size_t kMaxRank = 16;
+  if (t["shape"].size() > kMaxRank)
+    fail("{}: tensor '{}': shape has {} dimensions (at most {})", path, name, t["shape"].size(),
+         kMaxRank);
   for (const auto& d : t["shape"]) {
     if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
       fail("{}: tensor '{}': shape entries must be non-negative integers", path, name);
