@@ -88,6 +88,12 @@ TEST(StatesFixtures, TruncatedAndMislabelledFilesAreOneLineErrors) {
   EXPECT_NE(mislabelled.find("labelled F32"), std::string::npos) << mislabelled;
   for (const auto& msg : {truncated, mislabelled}) EXPECT_EQ(msg.find('\n'), std::string::npos);
   // A file without a size (procfs) is named as such, not by the error value of its size.
+  {
+    std::ifstream probe("/proc/self/status");
+    probe.seekg(0, std::ios::end);
+    if (!probe.is_open() || (probe && probe.tellg() >= 0))
+      GTEST_SKIP() << "/proc/self/status is absent or has a size to seek to here";
+  }
   std::string proc;
   try {
     read_states_file("/proc/self/status", m);

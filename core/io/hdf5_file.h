@@ -25,8 +25,9 @@ class H5Writer {
   // `path.partial` and replace `path` only on commit(): a run that fails (or is killed) leaves an
   // earlier result at `path` untouched, and the destructor (or, on SIGINT, SIGTERM or SIGHUP,
   // core/io/interrupt_cleanup.h) removes the partial file. Throws
-  // statecheck::Error when the file cannot be created, or when `path` is a directory or an
-  // existing non-regular file (check_output_file).
+  // statecheck::Error when the file cannot be created, when `path` is a directory or an
+  // existing non-regular file, or when `path.partial` exists (check_output_file; a file there is
+  // never replaced, the partial file is created exclusively).
   explicit H5Writer(const std::string& path);
   ~H5Writer();
   // Closes the partial file, leaving it uncommitted (the suite closes each experiment's file and

@@ -55,9 +55,12 @@ H5Writer::H5Writer(const std::string& path) : path_(path), partial_(path + ".par
   // The directories this writer creates: removed again (if empty) when the run fails.
   created_dirs_ =
       std::make_unique<CreatedDirectories>(path, std::filesystem::path(path).parent_path());
+  // Exclusive: a file that appeared at the partial name since the check is not replaced either,
+  // and only a file this writer created is registered for removal on a signal.
+  file_ = H5Fcreate(partial_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+  if (file_ < 0)
+    fail("{}: cannot create HDF5 file (it exists, or the directory is not writable)", partial_);
   on_interrupt_ = InterruptCleanup(partial_, false);
-  file_ = H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_ < 0) fail("{}: cannot create HDF5 file (is the directory writable?)", partial_);
 }
 
 H5Writer::~H5Writer() {

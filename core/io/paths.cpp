@@ -1,9 +1,11 @@
 #include "core/io/paths.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -157,17 +159,24 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
   const std::string partial = path + ".partial";
   check_partial_slot(path, partial);
+  // Exclusive: a file that appeared at the partial name since the check is not replaced either,
+  // and only the file made here is registered for removal on a signal.
+  const int fd =
+      ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0)
+    fail("{}: cannot create ({}; is the directory writable?)", partial, std::strerror(errno));
   const InterruptCleanup on_interrupt(partial, false);
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    if (!out) fail("{}: cannot write (is the directory writable?)", partial);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(partial, ec);
-      fail("{}: write error (disk full?)", partial);
-    }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 || done != text.size()) {
+    std::error_code ec;
+    fs::remove(partial, ec);
+    fail("{}: write error (disk full?)", partial);
   }
   std::error_code ec;
   fs::rename(partial, path, ec);

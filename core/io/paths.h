@@ -31,10 +31,11 @@ std::filesystem::path resolved_path(const std::string& p);
 bool same_file(const std::string& a, const std::string& b);
 
 // Throws statecheck::Error, naming the option and path, if `path` ends in '/', exists and is a
-// directory or not a regular file, if `path.partial` (where it is written first) exists (a file
-// this run did not make is never replaced), if either is the same file as one of `inputs`,
-// if the nearest existing ancestor directory is a file or not writable, or if a folder to create
-// or the name `path.partial` is longer than that file system's name limit (pathconf NAME_MAX).
+// directory or not a regular file, if `path.partial` (where it is written first) exists (the
+// writers then create it exclusively, so a file they did not make is not replaced), if either is
+// the same file as one of `inputs`, if the nearest existing ancestor directory is a file or not
+// writable, or if a folder to create or the name `path.partial` is longer than that file system's
+// name limit (pathconf NAME_MAX).
 // Does not create anything.
 void check_output_file(const std::string& option, const std::string& path,
                        const std::vector<InputPath>& inputs);

@@ -70,7 +70,8 @@ struct SummaryExtras {
 // Writes the summary as one JSON object: the metric keys (flat, "experiment.what"), "thresholds":
 // {key: {limit, op, pass}} for the checked rows that were present, and the objects of `extras`
 // ("meta", "units", "renamed"), through `path.partial` and a rename (a failed write leaves an
-// earlier summary untouched). Throws statecheck::Error naming the path on I/O error.
+// earlier summary untouched). Throws statecheck::Error naming the path on I/O error, and if
+// `path.partial` exists (write_file_atomically: not replaced).
 void write_summary_json(const std::string& path, const Summary& summary,
                         const std::vector<ThresholdRow>* rows = nullptr,
                         const SummaryExtras& extras = {});
